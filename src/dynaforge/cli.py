@@ -1,0 +1,124 @@
+"""The `dynaforge` command: one verb per pipeline stage. Argument parsing only; the work is elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from dynaforge.config import ConfigError, load_config
+
+log = logging.getLogger("dynaforge")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if not args.quiet else logging.WARNING, format="%(levelname)s %(message)s"
+    )
+    from dynaforge.store import DatasetError
+
+    try:
+        return int(args.handler(args) or 0)
+    except (ConfigError, DatasetError, FileNotFoundError) as error:
+        # Expected failures (a bad config, a bad dataset) get one clear line, not a traceback.
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dynaforge", description=__doc__.split(":")[0])
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+
+    generate = verbs.add_parser("generate", help="generate a dataset folder from a config")
+    add_config_arguments(generate)
+    generate.add_argument("--out", required=True, help="dataset folder (created, or resumed if it exists)")
+    generate.add_argument(
+        "--shard-index", type=int, default=None, help="this worker's index (default: RANK or SLURM)"
+    )
+    generate.add_argument("--num-shards", type=int, default=None, help="number of workers sharing the job")
+    generate.add_argument("--no-progress", action="store_true", help="no progress bar")
+    generate.set_defaults(handler=run_generate)
+
+    inspect = verbs.add_parser("inspect", help="validate a dataset folder and summarise it")
+    inspect.add_argument("path", help="dataset folder")
+    inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
+    inspect.add_argument("--no-checksums", action="store_true", help="skip SHA-256 verification (faster)")
+    inspect.set_defaults(handler=run_inspect)
+    return parser
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML preset (see configs/)")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. system.dt=0.005"
+    )
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from dynaforge.store import generate
+
+    config = load_config(args.config, args.overrides)
+    manifest = generate(
+        config,
+        args.out,
+        shard_index=args.shard_index,
+        num_shards=args.num_shards,
+        progress=False if args.no_progress else None,
+    )
+    done = sum(1 for s in manifest["shards"] if s["complete"])
+    state = "complete" if manifest["complete"] else "partial (other workers' shards pending)"
+    print(f"{args.out}: {done}/{len(manifest['shards'])} shards, {state}")
+    return 0
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from dynaforge.store import validate_dataset
+
+    result = validate_dataset(args.path, checksums=not args.no_checksums)
+    if args.json:
+        print(
+            json.dumps(
+                {"ok": result.ok, "errors": result.errors, "warnings": result.warnings, **result.summary},
+                indent=2,
+            )
+        )
+    else:
+        print(format_summary(result.summary))
+        for warning in result.warnings:
+            print(f"warning: {warning}")
+        for error in result.errors:
+            print(f"error: {error}", file=sys.stderr)
+        print("valid" if result.ok else f"INVALID: {len(result.errors)} problem(s)")
+    return 0 if result.ok else 1
+
+
+def format_summary(summary: dict) -> str:
+    if not summary:
+        return ""
+    lines = [
+        f"dataset   {summary['root']}",
+        f"system    {summary['system']}   format v{summary['format_version']}   {summary['bytes'] / 2**20:.1f} MiB",
+        "samples   " + "   ".join(f"{k}={v}" for k, v in summary["splits"].items()),
+        f"shape     frames={summary['frames']} space={summary['space']} channels={summary['channels']}",
+    ]
+    for name, bounds in summary["parameters"].items():
+        lines.append(f"param     {name:<14} [{bounds['min']:.6g}, {bounds['max']:.6g}]")
+    stats = summary.get("stats")
+    if stats:
+        lines.append(
+            f"train     mean={_fmt(stats['mean'])} std={_fmt(stats['std'])} min={_fmt(stats['min'])} max={_fmt(stats['max'])}"
+        )
+    return "\n".join(lines)
+
+
+def _fmt(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.4g}" for v in values) + "]"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

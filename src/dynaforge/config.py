@@ -1,0 +1,424 @@
+"""Typed configuration: nested dataclasses, loaded from YAML presets, overridden with dotted keys.
+
+A preset is a small YAML file in `configs/`. On the command line, `key.sub=value` overrides any field
+(`system.viscosity.low=0.005`). Values are parsed as YAML scalars. Every key is checked against the
+dataclasses below: an unknown or mistyped key stops with an error that names it and lists the valid keys.
+
+The system section is chosen by its `name` (`burgers`, `ks`, ...): each system has its own dataclass with
+its own physical parameters, each a `Range` drawn per sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dynaforge.atomic import atomic_write_text
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the key and what would be valid."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Building blocks
+
+
+@dataclass
+class Range:
+    """A physical parameter drawn per sample, uniformly in [low, high] (log-uniformly when `log`).
+
+    A plain number in YAML (`viscosity: 0.01`) means a constant: low = high.
+    """
+
+    low: float
+    """Smallest value drawn."""
+    high: float
+    """Largest value drawn."""
+    log: bool = False
+    """Draw uniformly in log space (needs low > 0)."""
+
+    def __post_init__(self) -> None:
+        if self.low > self.high:
+            raise ConfigError(f"low ({self.low}) must not exceed high ({self.high})")
+        if self.log and self.low <= 0:
+            raise ConfigError(f"a log-uniform range needs low > 0, got low={self.low}")
+
+
+@dataclass
+class InitialConfig:
+    """Initial conditions. Each sample picks a family by weight, draws a field, then normalises it.
+
+    Families (1D and up):
+    - `fourier`: sum over wavenumbers m = 1..max_wavenumber of a_m sin(2 pi m x / L + phi_m) per axis,
+      a_m ~ U(-1, 1), phi_m ~ U(0, 2 pi).
+    - `grf`: a Gaussian random field with squared-exponential covariance exp(-r^2 / (2 l^2)),
+      l = length_scale * L, synthesised in Fourier space with random complex Gaussian coefficients.
+
+    Normalisation (`normalize`): `max` scales so that max |u0| = amplitude; `std` so that the spatial
+    standard deviation equals amplitude (unit variance with amplitude 1); `none` only multiplies the draw by amplitude.
+    With `zero_mean` the spatial mean is removed first.
+    """
+
+    families: dict[str, float] = field(default_factory=lambda: {"fourier": 1.0})
+    """Family name -> weight (weights need not sum to one)."""
+    max_wavenumber: int = 8
+    """`fourier`: highest wavenumber of the truncated series."""
+    length_scale: float = 0.1
+    """`grf`: correlation length as a fraction of the domain length."""
+    normalize: Literal["max", "std", "none"] = "max"
+    """How each initial field is scaled (see the class docstring)."""
+    amplitude: float = 1.0
+    """Target of the normalisation."""
+    zero_mean: bool = False
+    """Remove the spatial mean before normalising."""
+
+    def __post_init__(self) -> None:
+        if (
+            not self.families
+            or any(w < 0 for w in self.families.values())
+            or sum(self.families.values()) <= 0
+        ):
+            raise ConfigError(f"families needs non-negative weights with a positive sum, got {self.families}")
+        if self.max_wavenumber < 1:
+            raise ConfigError(f"max_wavenumber must be >= 1, got {self.max_wavenumber}")
+        if self.length_scale <= 0:
+            raise ConfigError(f"length_scale must be > 0, got {self.length_scale}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Systems
+
+
+@dataclass
+class SystemConfig:
+    """A periodic PDE on [0, L)^d solved pseudo-spectrally (see `dynaforge.systems.spectral`)."""
+
+    name: str = "burgers"
+    """Which system: one of `dynaforge.systems.SYSTEMS`."""
+    resolution: int = 256
+    """Grid points per axis."""
+    domain_length: Range = field(default_factory=lambda: Range(1.0, 1.0))
+    """Length L of the periodic domain (per sample)."""
+    dt: float = 0.01
+    """Inner time step of the solver."""
+    steps: int = 200
+    """Inner steps per trajectory."""
+    save_every: int = 1
+    """Keep every k-th inner step (the initial state is always kept)."""
+    order: int = 4
+    """Order of the exponential time differencing Runge-Kutta scheme: 1, 2, 3 or 4."""
+    dtype: Literal["float32", "float64"] = "float32"
+    """Precision of the solver state (the store always holds float32)."""
+    initial: InitialConfig = field(default_factory=InitialConfig)
+    """Initial-condition families and normalisation."""
+
+    def __post_init__(self) -> None:
+        if self.resolution < 4:
+            raise ConfigError(f"resolution must be >= 4, got {self.resolution}")
+        if self.dt <= 0:
+            raise ConfigError(f"dt must be > 0, got {self.dt}")
+        if self.steps < 1 or self.save_every < 1:
+            raise ConfigError(f"steps and save_every must be >= 1, got {self.steps} and {self.save_every}")
+        if self.steps % self.save_every:
+            raise ConfigError(f"steps ({self.steps}) must be a multiple of save_every ({self.save_every})")
+        if self.order not in (1, 2, 3, 4):
+            raise ConfigError(f"order must be 1, 2, 3 or 4, got {self.order}")
+        if self.domain_length.low <= 0:
+            raise ConfigError("domain_length must be > 0")
+
+    @property
+    def n_frames(self) -> int:
+        """Frames stored per trajectory, the initial one included."""
+        return self.steps // self.save_every + 1
+
+    def parameter_names(self) -> tuple[str, ...]:
+        """Names of the per-sample physical parameters (every `Range` field), in storage order."""
+        return tuple(f.name for f in dataclasses.fields(self) if _is_range_field(type(self), f.name))
+
+
+@dataclass
+class HeatConfig(SystemConfig):
+    """u_t = nu * laplacian(u)."""
+
+    name: str = "heat"
+    diffusivity: Range = field(default_factory=lambda: Range(0.01, 0.01))
+    """Diffusion coefficient nu."""
+
+
+@dataclass
+class AdvectionConfig(SystemConfig):
+    """u_t + c u_x = 0 (c along every axis in more than one dimension)."""
+
+    name: str = "advection"
+    speed: Range = field(default_factory=lambda: Range(1.0, 1.0))
+    """Transport speed c."""
+
+
+@dataclass
+class BurgersConfig(SystemConfig):
+    """u_t + u u_x = nu u_xx."""
+
+    name: str = "burgers"
+    viscosity: Range = field(default_factory=lambda: Range(0.01, 0.01))
+    """Kinematic viscosity nu."""
+
+
+@dataclass
+class KSConfig(SystemConfig):
+    """u_t + u u_x + u_xx + u_xxxx = 0 (Kuramoto-Sivashinsky)."""
+
+    name: str = "ks"
+    domain_length: Range = field(default_factory=lambda: Range(100.0, 100.0))
+    resolution: int = 200
+    dt: float = 0.1
+    steps: int = 500
+
+
+SYSTEM_CONFIGS: dict[str, type[SystemConfig]] = {
+    "heat": HeatConfig,
+    "advection": AdvectionConfig,
+    "burgers": BurgersConfig,
+    "ks": KSConfig,
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Datasets
+
+
+@dataclass
+class DatasetConfig:
+    """How many trajectories to generate, how they are split into shards, and where they run."""
+
+    n_train: int = 64
+    """Trajectories in the train split."""
+    n_val: int = 16
+    """Trajectories in the validation split."""
+    n_test: int = 16
+    """Trajectories in the test split."""
+    shard_size: int = 64
+    """Trajectories per HDF5 shard (the unit of resumption and of parallel generation)."""
+    batch_size: int = 64
+    """Trajectories stepped together by the solver."""
+    seed: int = 0
+    """Base seed; each sample's seed derives from (seed, split, global index) alone."""
+    device: str = "cpu"
+    """Where the solver runs: `cpu`, `cuda`, `cuda:1` or `auto`."""
+
+    def __post_init__(self) -> None:
+        for name in ("n_train", "n_val", "n_test"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+        if self.shard_size < 1 or self.batch_size < 1:
+            raise ConfigError("shard_size and batch_size must be >= 1")
+
+    def split_sizes(self) -> dict[str, int]:
+        return {"train": self.n_train, "val": self.n_val, "test": self.n_test}
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole configuration
+
+
+@dataclass
+class Config:
+    """Everything one run needs; each section belongs to one stage of the pipeline."""
+
+    system: SystemConfig = field(default_factory=BurgersConfig)
+    """The ground-truth simulator and its parameter ranges."""
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    """Sizes, sharding and seeds of the generated dataset."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading, overriding, saving
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Load a YAML preset (or the defaults when `path` is None) and apply dotted `key=value` overrides."""
+    try:
+        base = OmegaConf.load(path) if path is not None else OmegaConf.create({})
+    except FileNotFoundError as error:
+        raise ConfigError(f"config file not found: {path}") from error
+    except (yaml.YAMLError, OmegaConfBaseException) as error:
+        raise ConfigError(f"cannot parse {path}: {error}") from error
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ConfigError(f"override {item!r} is not of the form key.sub=value")
+    try:
+        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+        data = OmegaConf.to_container(merged, resolve=True)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"cannot apply overrides {list(overrides)}: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level")
+    return config_from_dict(data)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> Config:
+    """Build a validated `Config` from plain data (the inverse of `config_to_dict`)."""
+    return _build(Config, data, "")
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """Plain nested dicts of a dataclass config, ready for YAML or JSON."""
+    return dataclasses.asdict(config)
+
+
+def config_to_yaml(config: Any) -> str:
+    return yaml.safe_dump(config_to_dict(config), sort_keys=False)
+
+
+def save_config(config: Any, path: str | Path) -> None:
+    """Write the resolved config beside an artifact, atomically."""
+    atomic_write_text(path, config_to_yaml(config))
+
+
+def config_differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two plain config dicts."""
+    keys = sorted(set(a) | set(b))
+    differences = []
+    for key in keys:
+        dotted = f"{prefix}{key}"
+        left, right = a.get(key, "<missing>"), b.get(key, "<missing>")
+        if isinstance(left, Mapping) and isinstance(right, Mapping):
+            differences.extend(config_differences(left, right, f"{dotted}."))
+        elif left != right:
+            differences.append(f"{dotted}: {left!r} != {right!r}")
+    return differences
+
+
+def resolve_device(name: str) -> str:
+    """`auto` -> `cuda` when available, else `cpu`; anything else is returned as given."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+# --------------------------------------------------------------------------------------------------
+# Dataclass construction with key checking
+
+
+def _build(cls: type, data: Any, path: str) -> Any:
+    if cls is Range and isinstance(data, int | float) and not isinstance(data, bool):
+        return Range(float(data), float(data))
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{_where(path)} must be a mapping of keys to values, got {data!r}")
+    if cls is SystemConfig or (isinstance(cls, type) and issubclass(cls, SystemConfig) and "name" in data):
+        cls = _system_class(data, path)
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError(_unknown_key_message(str(key), names, path))
+        kwargs[key] = _convert(hints[key], value, _join(path, key))
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.init
+        and f.name not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"{_where(path)} is missing required key(s): {', '.join(missing)}")
+    try:
+        return cls(**kwargs)
+    except ConfigError as error:
+        raise ConfigError(f"{_where(path)}: {error}") from None
+
+
+def _system_class(data: Mapping[str, Any], path: str) -> type[SystemConfig]:
+    name = data.get("name", "burgers")
+    if name not in SYSTEM_CONFIGS:
+        valid = ", ".join(sorted(SYSTEM_CONFIGS))
+        raise ConfigError(f"unknown system {_join(path, 'name')}={name!r}; valid systems: {valid}")
+    return SYSTEM_CONFIGS[name]
+
+
+def _convert(hint: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        errors = []
+        for option in options:
+            try:
+                return _convert(option, value, path)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: no option fits {value!r}: {errors}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{path}={value!r} is not valid; choose one of: {', '.join(map(str, args))}")
+        return value
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path} must be a mapping, got {value!r}")
+        key_type, value_type = args
+        return {
+            _convert(key_type, k, f"{path}.{k}"): _convert(value_type, v, f"{path}.{k}")
+            for k, v in value.items()
+        }
+    if origin in (list, tuple, Sequence):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{path} must be a list, got {value!r}")
+        item_type = args[0] if args else Any
+        items = [_convert(item_type, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, path)
+    if hint is Any:
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{path} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path} must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{path}: unsupported config type {hint!r}")
+
+
+def _is_range_field(cls: type, name: str) -> bool:
+    return typing.get_type_hints(cls)[name] is Range
+
+
+def _unknown_key_message(key: str, valid: Sequence[str], path: str) -> str:
+    dotted = _join(path, key)
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" Did you mean '{_join(path, close[0])}'?" if close else ""
+    return f"unknown config key '{dotted}'.{hint} Valid keys under {_where(path)}: {', '.join(valid)}"
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _where(path: str) -> str:
+    return f"'{path}'" if path else "the top level"

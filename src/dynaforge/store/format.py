@@ -1,0 +1,85 @@
+"""Names, layout and seed derivation of the dataset format (specified in docs/format.md).
+
+A dataset folder:
+
+    manifest.json             what was asked, which shards are complete (with checksums), statistics
+    config.yaml               the resolved config that generated it
+    train/shard-00000.h5      HDF5 shards, one per `dataset.shard_size` samples of a split
+    train/shard-00000.json    the completion record of that shard, written atomically after it
+    val/...  test/...
+
+Readers trust a shard only when the manifest lists it as complete and its size matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+FORMAT_VERSION = 1
+SPLITS = ("train", "val", "test")
+SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
+MANIFEST = "manifest.json"
+CONFIG = "config.yaml"
+AXIS_NAMES = ("x", "y", "z")
+
+
+class ShardSpec(NamedTuple):
+    """One shard of one split: global sample indices [start, stop) of that split."""
+
+    split: str
+    index: int
+    start: int
+    stop: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.split}/shard-{self.index:05d}"
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}.h5"
+
+    @property
+    def record(self) -> str:
+        return f"{self.name}.json"
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+def plan_shards(split_sizes: dict[str, int], shard_size: int) -> list[ShardSpec]:
+    """Every shard of the dataset, in a fixed order (train, val, test; by index within a split)."""
+    shards = []
+    for split in SPLITS:
+        n = split_sizes.get(split, 0)
+        for i in range(math.ceil(n / shard_size)):
+            shards.append(ShardSpec(split, i, i * shard_size, min((i + 1) * shard_size, n)))
+    return shards
+
+
+def sample_seed(base_seed: int, split: str, index: int) -> int:
+    """The seed of one sample, from (base seed, split, global index) alone (numpy SeedSequence mixing).
+
+    Splits draw from independent streams; the seed does not depend on shards, batches or machines.
+    """
+    sequence = np.random.SeedSequence(entropy=base_seed, spawn_key=(SPLIT_IDS[split], index))
+    return int(sequence.generate_state(1, dtype=np.uint64)[0])
+
+
+def sample_rng(seed: int) -> np.random.Generator:
+    """The generator a sample draws its parameters and initial field from."""
+    return np.random.default_rng(seed)
+
+
+def file_sha256(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,124 @@
+"""Check a dataset folder against its specification (docs/format.md) and summarise it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import h5py
+import numpy as np
+
+from dynaforge.store.format import AXIS_NAMES, CONFIG, SPLITS, file_sha256
+from dynaforge.store.reader import read_manifest
+from dynaforge.store.writer import DatasetError
+
+REQUIRED = ("fields", "params", "param_names", "seeds", "index", "time")
+REQUIRED_ATTRS = ("format_version", "dynaforge_version", "system", "split", "config")
+
+
+class Validation(NamedTuple):
+    ok: bool
+    errors: list[str]
+    warnings: list[str]
+    summary: dict[str, Any]
+
+
+def validate_dataset(root: str | Path, checksums: bool = True) -> Validation:
+    """Every problem found (not only the first), and a summary of what the folder holds."""
+    root = Path(root)
+    errors: list[str] = []
+    warnings: list[str] = []
+    try:
+        manifest = read_manifest(root)
+    except DatasetError as error:
+        return Validation(False, [str(error)], [], {})
+    if not (root / CONFIG).exists():
+        errors.append(f"{root / CONFIG} is missing")
+    shape = manifest["shape"]
+    listed = set()
+    param_ranges: dict[str, list[float]] = {}
+    totals = {split: 0 for split in SPLITS}
+    for record in manifest["shards"]:
+        listed.add(record["file"])
+        path = root / record["file"]
+        if not record.get("complete"):
+            errors.append(
+                f"{record['file']}: not complete (generation unfinished); rerun `dynaforge generate` with the same config"
+            )
+            continue
+        if not path.exists():
+            errors.append(f"{record['file']}: listed as complete but missing")
+            continue
+        if path.stat().st_size != record["bytes"]:
+            errors.append(
+                f"{record['file']}: {path.stat().st_size} bytes, manifest says {record['bytes']} (truncated or modified)"
+            )
+            continue
+        if checksums and file_sha256(path) != record["sha256"]:
+            errors.append(f"{record['file']}: SHA-256 differs from the manifest (corrupt or modified)")
+            continue
+        try:
+            n = check_shard(path, record, shape, param_ranges)
+            totals[record["split"]] += n
+        except (OSError, KeyError, ValueError) as error:
+            errors.append(f"{record['file']}: {error}")
+    for split in SPLITS:
+        expected = manifest["splits"].get(split, {}).get("n_samples", 0)
+        if totals[split] != expected and not errors:
+            errors.append(f"split {split}: {totals[split]} samples in shards, manifest asks for {expected}")
+    for path in sorted(root.glob("*/shard-*.h5")):
+        if str(path.relative_to(root)) not in listed:
+            warnings.append(f"{path.relative_to(root)}: not listed in the manifest (ignored by readers)")
+    if manifest.get("complete") and not manifest.get("stats"):
+        errors.append("manifest is complete but holds no normalisation statistics (empty train split?)")
+    summary = {
+        "root": str(root),
+        "system": manifest["system"],
+        "format_version": manifest["format_version"],
+        "complete": bool(manifest.get("complete")),
+        "splits": {split: manifest["splits"][split]["n_samples"] for split in manifest["splits"]},
+        "frames": shape["frames"],
+        "space": shape["space"],
+        "channels": shape["channels"],
+        "parameters": {name: {"min": lo, "max": hi} for name, (lo, hi) in param_ranges.items()},
+        "stats": manifest.get("stats"),
+        "bytes": sum(r.get("bytes", 0) for r in manifest["shards"]),
+    }
+    return Validation(not errors, errors, warnings, summary)
+
+
+def check_shard(
+    path: Path, record: dict[str, Any], shape: dict[str, Any], param_ranges: dict[str, list[float]]
+) -> int:
+    """Structure, shapes, dtypes and finiteness of one shard; returns its sample count."""
+    with h5py.File(path, "r") as h5:
+        missing = [name for name in REQUIRED if name not in h5]
+        if missing:
+            raise KeyError(f"missing dataset(s) {missing}")
+        missing_attrs = [name for name in REQUIRED_ATTRS if name not in h5.attrs]
+        if missing_attrs:
+            raise KeyError(f"missing attribute(s) {missing_attrs}")
+        n = record["stop"] - record["start"]
+        expected = (n, shape["frames"], *shape["space"], shape["channels"])
+        fields = h5["fields"]
+        if fields.shape != expected or fields.dtype != np.float32:
+            raise ValueError(f"fields is {fields.dtype}{fields.shape}, expected float32{expected}")
+        for start in range(0, n, 64):
+            if not np.isfinite(fields[start : start + 64]).all():
+                raise ValueError("fields hold NaN or Inf (the solver diverged)")
+        names = [v.decode() if isinstance(v, bytes) else str(v) for v in h5["param_names"][...]]
+        params = h5["params"][...]
+        if params.shape != (n, len(names)):
+            raise ValueError(f"params has shape {params.shape}, expected {(n, len(names))}")
+        if h5["seeds"].shape != (n,) or h5["time"].shape != (shape["frames"],):
+            raise ValueError("seeds or time has the wrong length")
+        if not np.array_equal(h5["index"][...], np.arange(record["start"], record["stop"])):
+            raise ValueError("index does not match the shard's range")
+        for axis, n_points in zip(AXIS_NAMES, shape["space"], strict=False):
+            if axis not in h5 or h5[axis].shape != (n, n_points):
+                raise KeyError(f"coordinate {axis!r} missing or of the wrong shape")
+        for i, name in enumerate(names):
+            lo, hi = float(params[:, i].min()), float(params[:, i].max())
+            old = param_ranges.get(name, [lo, hi])
+            param_ranges[name] = [min(old[0], lo), max(old[1], hi)]
+        return n

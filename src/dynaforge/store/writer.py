@@ -1,0 +1,340 @@
+"""Generate a dataset folder: sharded, atomic, resumable, splittable across processes and machines.
+
+Each shard is written to a temporary file and renamed when complete; then its completion record (with
+the file's SHA-256 and the shard's statistics) is written, atomically too. A rerun skips every shard whose
+record and file agree, removes temporaries, and redoes the rest. The manifest is rebuilt from the records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+import dynaforge
+from dynaforge.atomic import atomic_path, atomic_write_json, remove_stale_temporaries
+from dynaforge.config import (
+    Config,
+    config_differences,
+    config_to_dict,
+    config_to_yaml,
+    resolve_device,
+    save_config,
+)
+from dynaforge.store.format import (
+    AXIS_NAMES,
+    CONFIG,
+    FORMAT_VERSION,
+    MANIFEST,
+    ShardSpec,
+    file_sha256,
+    plan_shards,
+    sample_rng,
+    sample_seed,
+)
+from dynaforge.store.stats import ChannelMoments
+from dynaforge.systems import build_system
+from dynaforge.systems.spectral import SpectralSystem
+
+log = logging.getLogger(__name__)
+
+DATA_SECTIONS = ("system", "dataset")
+"""The config sections that determine a dataset's content."""
+IGNORED_DATASET_KEYS = ("batch_size", "device")
+"""Keys that change how a dataset is produced, not what it holds; a rerun may change them."""
+
+
+class DatasetError(RuntimeError):
+    """A dataset folder that cannot be used or extended as asked; the message says why and what to do."""
+
+
+def identity_of(config: Config) -> dict[str, Any]:
+    """The part of a config that determines a dataset's arrays."""
+    data = {name: config_to_dict(getattr(config, name)) for name in DATA_SECTIONS}
+    for key in IGNORED_DATASET_KEYS:
+        data["dataset"].pop(key, None)
+    return data
+
+
+def worker_slot(shard_index: int | None, num_shards: int | None) -> tuple[int, int]:
+    """This process's (index, count) among generators: explicit flags, else torchrun, else SLURM arrays."""
+    if shard_index is not None or num_shards is not None:
+        index, count = shard_index or 0, num_shards or 1
+    elif "WORLD_SIZE" in os.environ and "RANK" in os.environ:
+        index, count = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    elif "SLURM_ARRAY_TASK_ID" in os.environ and "SLURM_ARRAY_TASK_COUNT" in os.environ:
+        first = int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+        index, count = (
+            int(os.environ["SLURM_ARRAY_TASK_ID"]) - first,
+            int(os.environ["SLURM_ARRAY_TASK_COUNT"]),
+        )
+    else:
+        index, count = 0, 1
+    if count < 1 or not 0 <= index < count:
+        raise DatasetError(
+            f"shard index {index} is not in [0, {count}); pass --shard-index I --num-shards K with 0 <= I < K"
+        )
+    return index, count
+
+
+def generate(
+    config: Config,
+    out: str | Path,
+    shard_index: int | None = None,
+    num_shards: int | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Generate (or finish generating) the dataset of `config` in `out`; returns the manifest.
+
+    `progress=None` shows a progress bar only on a terminal.
+    """
+    root = Path(out)
+    index, count = worker_slot(shard_index, num_shards)
+    prepare_folder(root, config)
+    shards = plan_shards(config.dataset.split_sizes(), config.dataset.shard_size)
+    mine = [shard for g, shard in enumerate(shards) if g % count == index]
+    removed = [
+        path for shard in mine for path in remove_stale_temporaries(root / shard.split, Path(shard.file).name)
+    ]
+    if removed:
+        log.info("removed %d partial file(s) left by an interrupted run", len(removed))
+    todo = [shard for shard in mine if not shard_is_complete(root, shard)]
+    if len(todo) < len(mine):
+        log.info(
+            "resuming: %d of this worker's %d shards are already complete", len(mine) - len(todo), len(mine)
+        )
+    if todo:
+        system = build_system(config.system)
+        device = torch.device(resolve_device(config.dataset.device))
+        total = sum(shard.size for shard in todo) * config.system.steps
+        with tqdm(
+            total=total, unit="sample-step", unit_scale=True, disable=_disabled(progress), desc="generate"
+        ) as bar:
+            for shard in todo:
+                write_shard(root, shard, config, system, device, on_steps=bar.update)
+    return update_manifest(root, config)
+
+
+def prepare_folder(root: Path, config: Config) -> None:
+    """Create the folder or check that it holds a dataset of the same config (nothing is overwritten)."""
+    root.mkdir(parents=True, exist_ok=True)
+    saved_config = root / CONFIG
+    manifest_path = root / MANIFEST
+    if manifest_path.exists():
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except json.JSONDecodeError as error:
+            raise DatasetError(
+                f"{manifest_path} is not valid JSON ({error}); it was not written by dynaforge or was damaged. "
+                "Move the folder aside or delete manifest.json to rebuild it from the shard records."
+            ) from None
+        differences = config_differences(manifest.get("identity", {}), identity_of(config))
+        if differences:
+            raise DatasetError(
+                f"{root} already holds a dataset generated with a different config; refusing to mix them.\n"
+                "  Differences (existing != requested):\n    " + "\n    ".join(differences[:20]) + "\n"
+                "  Use another --out folder, or pass the same config to resume."
+            )
+    elif any(root.glob("*/shard-*.h5")) and saved_config.exists():
+        from dynaforge.config import load_config
+
+        differences = config_differences(identity_of(load_config(saved_config)), identity_of(config))
+        if differences:
+            raise DatasetError(
+                f"{root} holds shards generated with a different config ({'; '.join(differences[:5])}). "
+                "Use another --out folder."
+            )
+    elif any(p for p in root.iterdir() if not p.name.startswith(".")) and not saved_config.exists():
+        raise DatasetError(
+            f"{root} is not empty and holds no dynaforge dataset; choose an empty or new --out folder"
+        )
+    if not saved_config.exists():
+        save_config(config, saved_config)
+
+
+def shard_is_complete(root: Path, shard: ShardSpec) -> bool:
+    """True when the shard's record exists and its file matches the recorded size and checksum."""
+    record_path, file_path = root / shard.record, root / shard.file
+    if not record_path.exists() or not file_path.exists():
+        return False
+    try:
+        record = json.loads(record_path.read_text())
+    except json.JSONDecodeError:
+        log.warning("record %s is damaged; regenerating the shard", record_path)
+        return False
+    if record.get("bytes") != file_path.stat().st_size or record.get("sha256") != file_sha256(file_path):
+        log.warning("shard %s does not match its record (corrupt or modified); regenerating it", file_path)
+        return False
+    return True
+
+
+def write_shard(
+    root: Path,
+    shard: ShardSpec,
+    config: Config,
+    system: SpectralSystem,
+    device: torch.device,
+    on_steps: Callable[[int], Any] | None = None,
+) -> dict[str, Any]:
+    """Generate one shard into a temporary file, rename it into place, then write its record."""
+    seeds = np.asarray(
+        [sample_seed(config.dataset.seed, shard.split, i) for i in range(shard.start, shard.stop)],
+        dtype=np.uint64,
+    )
+    n_frames = config.system.n_frames
+    space = system.shape
+    channels = system.channels
+    moments = ChannelMoments(0, [], [], [], [])
+    final = root / shard.file
+    with atomic_path(final) as tmp:
+        with h5py.File(tmp, "w") as h5:
+            write_shard_metadata(h5, shard, config, system, seeds)
+            fields = h5.create_dataset(
+                "fields",
+                shape=(shard.size, n_frames, *space, channels),
+                dtype=np.float32,
+                chunks=(1, n_frames, *space, channels),
+            )
+            params = h5.create_dataset(
+                "params", shape=(shard.size, len(system.parameter_names)), dtype=np.float64
+            )
+            for lo, hi in batches(shard.size, config.dataset.batch_size):
+                batch_params, initial = system.draw_samples([sample_rng(int(s)) for s in seeds[lo:hi]])
+                rollout = system.rollout(
+                    initial.to(device),
+                    batch_params.to(device),
+                    on_step=(lambda n, b=hi - lo: on_steps(n * b)) if on_steps else None,
+                )
+                block = channels_first_to_last(rollout.fields).cpu().numpy().astype(np.float32)
+                fields[lo:hi] = block
+                params[lo:hi] = batch_params.numpy()
+                moments = moments.merge(ChannelMoments.of(block))
+            write_coordinates(h5, system, params[...])
+            h5.create_dataset("time", data=rollout.time.numpy())
+        sha256 = file_sha256(tmp)
+        size = tmp.stat().st_size
+    if not np.isfinite(moments.mean).all():
+        log.warning(
+            "shard %s holds non-finite values: the solver diverged (reduce dt or raise resolution)",
+            shard.file,
+        )
+    record = {
+        "file": shard.file,
+        "split": shard.split,
+        "index": shard.index,
+        "start": shard.start,
+        "stop": shard.stop,
+        "bytes": size,
+        "sha256": sha256,
+        "moments": moments.to_dict(),
+        "device": str(device),
+    }
+    atomic_write_json(root / shard.record, record)
+    return record
+
+
+def write_shard_metadata(
+    h5: h5py.File, shard: ShardSpec, config: Config, system: SpectralSystem, seeds: np.ndarray
+) -> None:
+    h5.attrs["format_version"] = FORMAT_VERSION
+    h5.attrs["dynaforge_version"] = dynaforge.__version__
+    h5.attrs["system"] = system.name
+    h5.attrs["split"] = shard.split
+    h5.attrs["start"] = shard.start
+    h5.attrs["stop"] = shard.stop
+    h5.attrs["config"] = config_to_yaml(config)
+    h5.attrs["dt"] = config.system.dt * config.system.save_every
+    h5.attrs["channel_names"] = [f"u{c}" if system.channels > 1 else "u" for c in range(system.channels)]
+    h5.attrs["axis_names"] = list(AXIS_NAMES[: system.ndim])
+    h5.create_dataset("seeds", data=seeds)
+    h5.create_dataset("index", data=np.arange(shard.start, shard.stop, dtype=np.int64))
+    h5.create_dataset("param_names", data=np.asarray(system.parameter_names, dtype=h5py.string_dtype()))
+
+
+def write_coordinates(h5: h5py.File, system: SpectralSystem, params: np.ndarray) -> None:
+    """Grid coordinates per sample and axis, `x`, `y`, ...: (N, n), x_j = j L / n (L per sample)."""
+    lengths = params[:, list(system.parameter_names).index("domain_length")]
+    for axis, n in enumerate(system.shape):
+        h5.create_dataset(AXIS_NAMES[axis], data=lengths[:, None] * (np.arange(n) / n)[None, :])
+
+
+def update_manifest(root: Path, config: Config) -> dict[str, Any]:
+    """Rebuild manifest.json from the completion records (under a file lock, written atomically)."""
+    with _locked(root / ".manifest.lock"):
+        shards = plan_shards(config.dataset.split_sizes(), config.dataset.shard_size)
+        records = {}
+        for shard in shards:
+            path = root / shard.record
+            if path.exists() and (root / shard.file).exists():
+                with contextlib.suppress(json.JSONDecodeError):
+                    record = json.loads(path.read_text())
+                    if record.get("bytes") == (root / shard.file).stat().st_size:
+                        records[shard.file] = record
+        complete = len(records) == len(shards)
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "dynaforge_version": dynaforge.__version__,
+            "system": config.system.name,
+            "identity": identity_of(config),
+            "splits": {
+                split: {"n_samples": n, "n_shards": sum(1 for s in shards if s.split == split)}
+                for split, n in config.dataset.split_sizes().items()
+            },
+            "shape": {
+                "frames": config.system.n_frames,
+                "space": [config.system.resolution] * getattr(config.system, "ndim", 1),
+                "channels": build_system(config.system).channels,
+            },
+            "complete": complete,
+            "shards": [
+                records.get(s.file, {"file": s.file, "split": s.split, "complete": False})
+                | {"complete": s.file in records}
+                for s in shards
+            ],
+            "stats": train_statistics(records.values()) if complete else None,
+        }
+        atomic_write_json(root / MANIFEST, manifest)
+    return manifest
+
+
+def train_statistics(records: Any) -> dict[str, Any] | None:
+    """Normalisation statistics from the train split only."""
+    moments = ChannelMoments(0, [], [], [], [])
+    for record in records:
+        if record["split"] == "train":
+            moments = moments.merge(ChannelMoments(**record["moments"]))
+    return moments.summary() if moments.count else None
+
+
+def batches(n: int, size: int) -> Iterator[tuple[int, int]]:
+    for lo in range(0, n, size):
+        yield lo, min(lo + size, n)
+
+
+def channels_first_to_last(fields: torch.Tensor) -> torch.Tensor:
+    """(batch, time, channels, *space) -> (batch, time, *space, channels), the stored layout."""
+    return torch.movedim(fields, 2, -1)
+
+
+def _disabled(progress: bool | None) -> bool | None:
+    return None if progress is None else not progress
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

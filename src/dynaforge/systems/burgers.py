@@ -1,0 +1,23 @@
+"""Viscous Burgers equation in 1D: u_t + u u_x = nu u_xx, written as u_t = nu u_xx - (u^2 / 2)_x.
+
+L = -nu k^2 is treated exactly; the conservative nonlinearity N(u) = -(i k / 2) FFT(u^2) is evaluated
+pseudo-spectrally with 2/3 dealiasing. The spatial mean of u is conserved.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from dynaforge.config import BurgersConfig
+from dynaforge.systems.spectral import Nonlinear, SpectralSystem, conservative_quadratic
+
+
+class Burgers(SpectralSystem):
+    name = "burgers"
+    config_class = BurgersConfig
+
+    def linear_operator(self, k: tuple[Tensor, ...], params: dict[str, Tensor]) -> Tensor:
+        return -params["viscosity"] * k[0] ** 2
+
+    def nonlinear_term(self, k: tuple[Tensor, ...], params: dict[str, Tensor], mask: Tensor) -> Nonlinear:
+        return conservative_quadratic(self, k[0], mask)

@@ -1,0 +1,95 @@
+"""Coefficients of exponential time differencing Runge-Kutta schemes (Cox & Matthews 2002).
+
+For a semi-linear problem v' = L v + N(v) with diagonal L (in Fourier space), each scheme of order 1-4 is
+a handful of products of v and N(.) with functions of z = h L:
+
+    phi_0(z) = e^z,  phi_k(z) = (phi_{k-1}(z) - 1/(k-1)!) / z.
+
+Evaluated directly, phi_k cancels catastrophically for small |z|. Following Kassam & Trefethen (2005,
+SIAM J. Sci. Comput. 26:1214), they are evaluated as the mean of phi_k over a circle of radius 1
+around z (Cauchy's integral formula), which is accurate for every z. The circle is computed in
+complex128 and the coefficients are cast down to the solver's precision afterwards.
+
+The algorithms that use these coefficients live in `spectral.py`; this file holds only the tables.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from jaxtyping import Complex
+from torch import Tensor
+
+CONTOUR_POINTS = 32
+"""Points on the contour; 32 gives double-precision phi_k for |z| up to ~1e3 (Kassam & Trefethen use 32)."""
+
+
+def phi_functions(
+    z: Complex[Tensor, "*shape"], count: int, points: int = CONTOUR_POINTS
+) -> list[Complex[Tensor, "*shape"]]:
+    """phi_1(z) ... phi_count(z) by the contour-integral method (z is complex128)."""
+    if z.dtype != torch.complex128:
+        raise TypeError(f"phi_functions needs complex128 input for accuracy, got {z.dtype}")
+    angles = 2.0 * math.pi * (torch.arange(points, dtype=torch.float64, device=z.device) + 0.5) / points
+    circle = torch.polar(torch.ones_like(angles), angles)  # (points,)
+    w = z.unsqueeze(-1) + circle  # (*shape, points): contour points around each z
+    phi = torch.exp(w)
+    result = []
+    for k in range(1, count + 1):
+        phi = (phi - 1.0 / math.factorial(k - 1)) / w
+        result.append(phi.mean(dim=-1))
+    return result
+
+
+class ETDCoefficients(NamedTuple):
+    """Diagonal multipliers of one ETDRK step, broadcastable against the spectral state.
+
+    `E` = e^{hL}, `E2` = e^{hL/2}, `P` = h phi1(hL) (a full Euler-like step), `Q` = (h/2) phi1(hL/2)
+    (a half step), and `f1, f2, f3` weight the stage nonlinearities in the final combination
+    (Cox & Matthews' notation). Coefficients a scheme does not use are None.
+    """
+
+    order: int
+    E: Tensor
+    P: Tensor | None
+    E2: Tensor | None
+    Q: Tensor | None
+    f1: Tensor | None
+    f2: Tensor | None
+    f3: Tensor | None
+
+
+def etd_coefficients(
+    linear: Complex[Tensor, "*shape"], dt: float, order: int, dtype: torch.dtype
+) -> ETDCoefficients:
+    """Coefficients of the ETDRK scheme of `order` for step `dt` and diagonal operator `linear`.
+
+    With h = dt and z = hL:
+    - order 1 (ETD Euler) uses P = h phi1(z);
+    - order 2 (ETDRK2) uses P and f2 = h phi2(z);
+    - orders 3 and 4 (ETDRK3, ETDRK4) use E2, Q = (h/2) phi1(z/2) for the half-step stages, P (order 3
+      only) and f1 = h (phi1 - 3 phi2 + 4 phi3), f2 = h (phi2 - 2 phi3), f3 = h (4 phi3 - phi2).
+    `dtype` is the complex dtype of the solver state.
+    """
+    if order not in (1, 2, 3, 4):
+        raise ValueError(f"ETDRK order must be 1, 2, 3 or 4, got {order}")
+    z = linear.to(torch.complex128) * dt
+    E = torch.exp(z).to(dtype)
+    if order <= 2:
+        phi = phi_functions(z, order)
+        f2 = (dt * phi[1]).to(dtype) if order == 2 else None
+        return ETDCoefficients(order, E, (dt * phi[0]).to(dtype), None, None, None, f2, None)
+    phi1, phi2, phi3 = phi_functions(z, 3)
+    (half_phi1,) = phi_functions(z / 2, 1)
+    return ETDCoefficients(
+        order=order,
+        E=E,
+        P=(dt * phi1).to(dtype) if order == 3 else None,
+        E2=torch.exp(z / 2).to(dtype),
+        Q=(dt / 2 * half_phi1).to(dtype),
+        f1=(dt * (phi1 - 3 * phi2 + 4 * phi3)).to(dtype),
+        f2=(dt * (phi2 - 2 * phi3)).to(dtype),
+        f3=(dt * (4 * phi3 - phi2)).to(dtype),
+    )

@@ -1,0 +1,24 @@
+"""Kuramoto-Sivashinsky equation in 1D: u_t + u u_x + u_xx + u_xxxx = 0.
+
+L = k^2 - k^4 (long waves grow, short waves are damped); N(u) = -(i k / 2) FFT(u^2) as for Burgers.
+Chaotic for domain lengths above about 2 pi * 3; the classic benchmark uses L = 32 pi or L = 100.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from dynaforge.config import KSConfig
+from dynaforge.systems.spectral import Nonlinear, SpectralSystem, conservative_quadratic
+
+
+class KuramotoSivashinsky(SpectralSystem):
+    name = "ks"
+    config_class = KSConfig
+
+    def linear_operator(self, k: tuple[Tensor, ...], params: dict[str, Tensor]) -> Tensor:
+        k2 = k[0] ** 2
+        return k2 - k2**2
+
+    def nonlinear_term(self, k: tuple[Tensor, ...], params: dict[str, Tensor], mask: Tensor) -> Nonlinear:
+        return conservative_quadratic(self, k[0], mask)

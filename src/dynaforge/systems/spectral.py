@@ -1,0 +1,347 @@
+"""The shared pseudo-spectral core of every periodic PDE in dynaforge.
+
+Conventions (all systems built on `SpectralSystem`):
+- PDE form: u_t = L u + N(u) with L diagonal in Fourier space (linear, stiff) and N the rest.
+- Domain: the periodic box [0, L)^d, with the same length L on every axis; L may differ per sample.
+- Grid: x_j = j L / n for j = 0 .. n-1 on each axis (left end included, right end excluded).
+- Fields: channels first, (batch, channels, *space); the batch holds independent samples stepped together.
+- Fourier transforms: `torch.fft.rfftn` over the spatial axes (numpy's normalisation: forward unscaled).
+- Dealiasing: the 2/3 rule, modes with 3 |m| >= n on any axis are zeroed in every nonlinear product.
+- Time stepping: exponential time differencing Runge-Kutta of order 1-4 (`etdrk.py`) in Fourier space.
+- Precision: float32 state by default (complex64 spectra), float64 on request; coefficients are computed in
+  float64 and rounded once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+import torch
+from jaxtyping import Complex, Float
+from torch import Tensor
+
+from dynaforge.config import InitialConfig, Range, SystemConfig
+from dynaforge.systems.etdrk import ETDCoefficients, etd_coefficients
+
+Nonlinear = Callable[[Tensor], Tensor]
+"""Maps a spectral state to the spectrum of its nonlinear term N(u)."""
+
+REAL_TO_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+
+
+class SpectralOperators(NamedTuple):
+    """Everything one batch needs to be stepped: ETD coefficients and the nonlinear term (None if linear)."""
+
+    coefficients: ETDCoefficients
+    nonlinear: Nonlinear | None
+
+
+class Rollout(NamedTuple):
+    """Saved frames of a batch of trajectories and the time of each frame."""
+
+    fields: Float[Tensor, "batch time channels *space"]
+    time: Float[Tensor, " time"]
+
+
+def wavenumbers(
+    shape: Sequence[int], lengths: Float[Tensor, " batch"], dtype: torch.dtype
+) -> tuple[Float[Tensor, "batch 1 *spectral"], ...]:
+    """Angular wavenumbers 2 pi m / L per axis, broadcastable against an rfftn spectrum (batch, 1, *spectral).
+
+    All axes but the last use the full FFT frequencies; the last uses the half spectrum of rfftn.
+    """
+    ndim = len(shape)
+    result = []
+    for axis, n in enumerate(shape):
+        last = axis == ndim - 1
+        m = torch.fft.rfftfreq(n, d=1.0 / n) if last else torch.fft.fftfreq(n, d=1.0 / n)
+        m = m.to(dtype=torch.float64, device=lengths.device)
+        view = [1] * ndim
+        view[axis] = m.numel()
+        k = 2.0 * math.pi * m.view(1, 1, *view) / lengths.to(torch.float64).view(-1, 1, *([1] * ndim))
+        result.append(k.to(dtype))
+    return tuple(result)
+
+
+def dealias_mask(
+    shape: Sequence[int], device: torch.device, dtype: torch.dtype
+) -> Float[Tensor, "*spectral"]:
+    """1 for modes kept by the 2/3 rule (3 |m| < n on every axis), 0 otherwise, on the rfftn layout."""
+    ndim = len(shape)
+    mask = torch.ones((), dtype=torch.bool, device=device)
+    for axis, n in enumerate(shape):
+        last = axis == ndim - 1
+        m = torch.fft.rfftfreq(n, d=1.0 / n) if last else torch.fft.fftfreq(n, d=1.0 / n)
+        keep = (3 * m.abs() < n).to(device)
+        view = [1] * ndim
+        view[axis] = m.numel()
+        mask = mask & keep.view(view)
+    return mask.to(dtype)
+
+
+class SpectralSystem:
+    """A batched pseudo-spectral solver for u_t = L u + N(u); see the module docstring for conventions.
+
+    Subclasses set `name`, `config_class`, `channels`, and implement `operators`, which returns the
+    diagonal linear operator L and the nonlinear term for a batch of physical parameters.
+    """
+
+    name: ClassVar[str]
+    config_class: ClassVar[type[SystemConfig]]
+    channels: ClassVar[int] = 1
+    supported_ndim: ClassVar[tuple[int, ...]] = (1,)
+
+    def __init__(self, config: SystemConfig) -> None:
+        if not isinstance(config, self.config_class):
+            raise TypeError(
+                f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}"
+            )
+        self.config = config
+        self.ndim = getattr(config, "ndim", 1)
+        if self.ndim not in self.supported_ndim:
+            raise ValueError(f"{self.name} supports ndim in {self.supported_ndim}, got {self.ndim}")
+        self.shape = (config.resolution,) * self.ndim
+        self.real_dtype = torch.float64 if config.dtype == "float64" else torch.float32
+        self.complex_dtype = REAL_TO_COMPLEX[self.real_dtype]
+
+    # ---- what a subclass provides -------------------------------------------------------------
+
+    def linear_operator(
+        self, k: tuple[Tensor, ...], params: dict[str, Float[Tensor, "batch 1"]]
+    ) -> Complex[Tensor, "batch 1 *spectral"]:
+        raise NotImplementedError
+
+    def nonlinear_term(
+        self, k: tuple[Tensor, ...], params: dict[str, Tensor], mask: Tensor
+    ) -> Nonlinear | None:
+        """The spectral nonlinearity for this batch (None for linear systems)."""
+        return None
+
+    # ---- parameters and initial conditions -------------------------------------------------------
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        return self.config.parameter_names()
+
+    def draw_parameters(self, rng: np.random.Generator) -> np.ndarray:
+        """One sample's physical parameters, in `parameter_names` order (float64)."""
+        values = [draw_from_range(getattr(self.config, name), rng) for name in self.parameter_names]
+        return np.asarray(values, dtype=np.float64)
+
+    def draw_initial(self, rng: np.random.Generator, parameters: np.ndarray) -> np.ndarray:
+        """One sample's initial field (channels, *space), float64, from the configured families."""
+        fields = [draw_initial_field(self.config.initial, self.shape, rng) for _ in range(self.channels)]
+        return np.stack(fields)
+
+    def draw_samples(self, rngs: Sequence[np.random.Generator]) -> tuple[Tensor, Tensor]:
+        """Parameters (batch, P) float64 and initial fields (batch, C, *space) for one generator each.
+
+        Each sample draws from its own generator (parameters first, then the initial field), so a sample
+        does not depend on which batch or shard it lands in.
+        """
+        params, initial = [], []
+        for rng in rngs:
+            row = self.draw_parameters(rng)
+            params.append(row)
+            initial.append(self.draw_initial(rng, row))
+        params_tensor = torch.from_numpy(np.stack(params)).to(torch.float64)
+        return params_tensor, torch.from_numpy(np.stack(initial))
+
+    # ---- stepping -------------------------------------------------------------------------------
+
+    def operators(self, params: Float[Tensor, "batch n_params"], device: torch.device) -> SpectralOperators:
+        """ETD coefficients and nonlinear term for a batch of parameter rows."""
+        named = {
+            name: params[:, i].to(device=device, dtype=torch.float64).view(-1, *([1] * (self.ndim + 1)))
+            for i, name in enumerate(self.parameter_names)
+        }
+        lengths = named["domain_length"].reshape(-1)
+        k64 = wavenumbers(self.shape, lengths, torch.float64)
+        linear = self.linear_operator(k64, named)
+        coefficients = etd_coefficients(linear, self.config.dt, self.config.order, self.complex_dtype)
+        k = tuple(axis_k.to(self.real_dtype) for axis_k in k64)
+        named_real = {name: value.to(self.real_dtype) for name, value in named.items()}
+        mask = dealias_mask(self.shape, device, self.real_dtype)
+        return SpectralOperators(coefficients, self.nonlinear_term(k, named_real, mask))
+
+    def to_spectral(
+        self, u: Float[Tensor, "batch channels *space"]
+    ) -> Complex[Tensor, "batch channels *spectral"]:
+        return torch.fft.rfftn(u, dim=self.spatial_dims)
+
+    def to_physical(
+        self, v: Complex[Tensor, "batch channels *spectral"]
+    ) -> Float[Tensor, "batch channels *space"]:
+        return torch.fft.irfftn(v, s=self.shape, dim=self.spatial_dims)
+
+    @property
+    def spatial_dims(self) -> tuple[int, ...]:
+        return tuple(range(-self.ndim, 0))
+
+    def rollout(
+        self,
+        initial: Float[Tensor, "batch channels *space"],
+        params: Float[Tensor, "batch n_params"],
+        steps: int | None = None,
+        save_every: int | None = None,
+        on_step: Callable[[int], None] | None = None,
+    ) -> Rollout:
+        """Step every sample of the batch together; keep the initial frame and every `save_every`-th step."""
+        steps = self.config.steps if steps is None else steps
+        save_every = self.config.save_every if save_every is None else save_every
+        expected = (self.channels, *self.shape)
+        if initial.ndim != len(expected) + 1 or tuple(initial.shape[1:]) != expected:
+            raise ValueError(
+                f"{self.name}: initial state must have shape (batch, {', '.join(map(str, expected))}), "
+                f"got {tuple(initial.shape)}; add a leading batch axis for a single sample"
+            )
+        if params.shape != (initial.shape[0], len(self.parameter_names)):
+            raise ValueError(
+                f"{self.name}: params must have shape (batch, {len(self.parameter_names)}) with columns "
+                f"{self.parameter_names}, got {tuple(params.shape)}"
+            )
+        device = initial.device
+        ops = self.operators(params, device)
+        n_frames = steps // save_every + 1
+        # Preallocated trajectory buffer, filled frame by frame (in-place writes on purpose).
+        frames = torch.empty((initial.shape[0], n_frames, *expected), dtype=self.real_dtype, device=device)
+        state = initial.to(self.real_dtype)
+        frames[:, 0] = state
+        v = self.to_spectral(state)
+        for n in range(1, steps + 1):
+            v = etd_step(v, ops)
+            if n % save_every == 0:
+                frames[:, n // save_every] = self.to_physical(v)
+            if on_step is not None:
+                on_step(1)
+        time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
+        return Rollout(frames, time)
+
+
+def etd_step(v: Tensor, ops: SpectralOperators) -> Tensor:
+    """One ETDRK step of order 1-4 (Cox & Matthews 2002) on the spectral state `v`."""
+    c, N = ops.coefficients, ops.nonlinear
+    if N is None:
+        return c.E * v  # linear problems are integrated exactly
+    Nv = N(v)
+    if c.order == 1:
+        return c.E * v + c.P * Nv
+    if c.order == 2:
+        a = c.E * v + c.P * Nv
+        return a + c.f2 * (N(a) - Nv)
+    if c.order == 3:
+        a = c.E2 * v + c.Q * Nv
+        Na = N(a)
+        b = c.E * v + c.P * (2 * Na - Nv)
+        return c.E * v + c.f1 * Nv + 4 * c.f2 * Na + c.f3 * N(b)
+    a = c.E2 * v + c.Q * Nv
+    Na = N(a)
+    b = c.E2 * v + c.Q * Na
+    Nb = N(b)
+    cc = c.E2 * a + c.Q * (2 * Nb - Nv)
+    return c.E * v + c.f1 * Nv + 2 * c.f2 * (Na + Nb) + c.f3 * N(cc)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sampling helpers
+
+
+def draw_from_range(spec: Range, rng: np.random.Generator) -> float:
+    """Uniform (or log-uniform) draw in [low, high]; a constant when low == high (no draw is consumed)."""
+    if spec.low == spec.high:
+        return float(spec.low)
+    if spec.log:
+        return float(np.exp(rng.uniform(np.log(spec.low), np.log(spec.high))))
+    return float(rng.uniform(spec.low, spec.high))
+
+
+def draw_initial_field(config: InitialConfig, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    """One scalar initial field on the grid (see `InitialConfig` for the families and normalisation)."""
+    names = sorted(config.families)
+    weights = np.asarray([config.families[n] for n in names], dtype=np.float64)
+    family = names[int(rng.choice(len(names), p=weights / weights.sum()))] if len(names) > 1 else names[0]
+    if family == "fourier":
+        field = fourier_series_field(shape, config.max_wavenumber, rng)
+    elif family == "grf":
+        field = gaussian_random_field(shape, config.length_scale, rng)
+    else:
+        raise ValueError(f"unknown initial-condition family {family!r}; valid: fourier, grf")
+    return normalize_field(field, config)
+
+
+def fourier_series_field(shape: Sequence[int], max_wavenumber: int, rng: np.random.Generator) -> np.ndarray:
+    """sum_m a_m sin(2 pi m.x / L + phi_m) over modes with 1 <= max|m_i| <= K in one half-space.
+
+    In 1D: sum_{m=1..K} a_m sin(2 pi m x / L + phi_m), a_m ~ U(-1, 1), phi_m ~ U(0, 2 pi). The field is
+    written in grid-index units (x / L = j / n), so it does not depend on the domain length.
+    """
+    ndim = len(shape)
+    modes = half_space_modes(ndim, max_wavenumber)  # (M, ndim)
+    amplitudes = rng.uniform(-1.0, 1.0, size=len(modes))
+    phases = rng.uniform(0.0, 2.0 * math.pi, size=len(modes))
+    coords = np.meshgrid(*[np.arange(n) / n for n in shape], indexing="ij")
+    field = np.zeros(tuple(shape), dtype=np.float64)
+    for mode, amplitude, phase in zip(modes, amplitudes, phases, strict=True):
+        angle = 2.0 * math.pi * sum(m * c for m, c in zip(mode, coords, strict=True))
+        field = field + amplitude * np.sin(angle + phase)
+    return field
+
+
+def half_space_modes(ndim: int, max_wavenumber: int) -> np.ndarray:
+    """Integer modes m with 1 <= max|m_i| <= K whose first non-zero entry is positive (one of m, -m)."""
+    grids = np.meshgrid(*[np.arange(-max_wavenumber, max_wavenumber + 1)] * ndim, indexing="ij")
+    modes = np.stack([g.reshape(-1) for g in grids], axis=1)
+    first_nonzero = np.array([row[np.flatnonzero(row)[0]] if row.any() else 0 for row in modes])
+    return modes[first_nonzero > 0]
+
+
+def gaussian_random_field(shape: Sequence[int], length_scale: float, rng: np.random.Generator) -> np.ndarray:
+    """A periodic stationary Gaussian field with covariance ~ exp(-r^2 / (2 l^2)), l = length_scale * L.
+
+    White noise is filtered in Fourier space by sqrt(S(k)), S(k) = exp(-l^2 |k|^2 / 2) the
+    squared-exponential spectral density; l |k| = 2 pi |m| length_scale does not depend on L.
+    """
+    noise = rng.standard_normal(tuple(shape))
+    spectrum = np.fft.rfftn(noise)
+    m2 = np.zeros(spectrum.shape, dtype=np.float64)
+    for axis, n in enumerate(shape):
+        last = axis == len(shape) - 1
+        m = np.fft.rfftfreq(n, d=1.0 / n) if last else np.fft.fftfreq(n, d=1.0 / n)
+        view = [1] * len(shape)
+        view[axis] = m.size
+        m2 = m2 + (m.reshape(view)) ** 2
+    filter_ = np.exp(-((2.0 * math.pi * length_scale) ** 2) * m2 / 4.0)  # sqrt of exp(-l^2 k^2 / 2)
+    return np.fft.irfftn(spectrum * filter_, s=tuple(shape))
+
+
+def normalize_field(field: np.ndarray, config: InitialConfig) -> np.ndarray:
+    if config.zero_mean:
+        field = field - field.mean()
+    if config.normalize == "max":
+        scale = np.abs(field).max()
+    elif config.normalize == "std":
+        scale = field.std()
+    else:
+        return config.amplitude * field if config.amplitude != 1.0 else field
+    if scale == 0:
+        return field
+    return field * (config.amplitude / scale)
+
+
+def conservative_quadratic(system: SpectralSystem, k: Tensor, mask: Tensor) -> Nonlinear:
+    """N(u) = -(u^2 / 2)_x in Fourier space with 2/3 dealiasing (1D).
+
+    The state is truncated to the kept modes before the product and the product is truncated again, so
+    aliases of the quadratic term land only on discarded modes: N = -(i k / 2) mask FFT((IFFT(mask v))^2).
+    """
+    mask_c = mask.to(system.complex_dtype)
+    multiplier = (-0.5j * k * mask).to(system.complex_dtype)  # (batch, 1, modes), computed once per batch
+
+    def nonlinear(v: Tensor) -> Tensor:
+        u = system.to_physical(mask_c * v)
+        return multiplier * system.to_spectral(u * u)
+
+    return nonlinear
