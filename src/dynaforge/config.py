@@ -228,6 +228,163 @@ class DatasetConfig:
 
 
 # --------------------------------------------------------------------------------------------------
+# Training windows, models, training, evaluation
+
+
+@dataclass
+class DataConfig:
+    """Training windows cut from a dataset folder, and how they are batched.
+
+    A window is `history` input frames followed by the frames the model must predict, all `stride` stored
+    frames apart. Fields are normalised per channel with the train split's mean and standard deviation.
+    """
+
+    history: int = 1
+    """Input frames the model sees per call."""
+    horizon: int = 1
+    """Frames the model predicts per call."""
+    stride: int = 1
+    """Take every `stride`-th stored frame (the model's time step is stride x the stored frame spacing)."""
+    batch_size: int = 32
+    """Windows per optimiser step (and per evaluation batch)."""
+    num_workers: int = 0
+    """DataLoader worker processes; 0 reads in the main process (the splits are held in memory)."""
+    pin_memory: bool | None = None
+    """Page-locked host batches for fast copies to a GPU; null means yes when training on CUDA."""
+    start_method: Literal["forkserver", "spawn", "fork"] = "forkserver"
+    """How DataLoader workers start; `fork` is unsafe with threads, CUDA or open HDF5 files."""
+
+    def __post_init__(self) -> None:
+        for name in ("history", "horizon", "stride", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_workers < 0:
+            raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+
+
+@dataclass
+class ModelConfig:
+    """A neural surrogate: `history` normalised frames in, the next `horizon` frames out.
+
+    The section is chosen by its `name` (one of `dynaforge.models.MODELS`); each model has its own fields.
+    """
+
+    name: str = "fno"
+    """Which model: one of `dynaforge.models.MODELS`."""
+    residual: bool = True
+    """Predict the change from the last input frame rather than the frames themselves."""
+
+
+@dataclass
+class FNOConfig(ModelConfig):
+    """Fourier neural operator: lift, `layers` spectral blocks, project (Li et al. 2021)."""
+
+    name: str = "fno"
+    width: int = 32
+    """Channels of the hidden representation."""
+    modes: int = 16
+    """Fourier modes kept per axis in every spectral convolution (at most n // 2 + 1)."""
+    layers: int = 4
+    """Spectral blocks."""
+    projection: int = 64
+    """Hidden channels of the output projection."""
+
+    def __post_init__(self) -> None:
+        for name in ("width", "modes", "layers", "projection"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class UNetConfig(ModelConfig):
+    """A small U-Net with periodic (circular) padding: `levels` resolutions, channels doubling per level."""
+
+    name: str = "unet"
+    channels: int = 16
+    """Channels at the finest level."""
+    levels: int = 3
+    """Resolutions (the finest included); each coarser level halves the grid."""
+    kernel_size: int = 3
+    """Odd width of every convolution kernel."""
+
+    def __post_init__(self) -> None:
+        if self.channels < 1 or self.levels < 1:
+            raise ConfigError(f"channels and levels must be >= 1, got {self.channels} and {self.levels}")
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise ConfigError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
+
+
+MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
+    "fno": FNOConfig,
+    "unet": UNetConfig,
+}
+
+
+@dataclass
+class TrainConfig:
+    """The training loop: AdamW, linear warmup then cosine decay, validation and checkpoints every epoch."""
+
+    epochs: int = 10
+    """Passes over the training windows."""
+    lr: float = 1e-3
+    """Peak learning rate (reached at the end of the warmup)."""
+    min_lr_ratio: float = 0.0
+    """Learning rate at the end of the cosine decay, as a fraction of `lr`."""
+    warmup_fraction: float = 0.05
+    """Share of all optimiser steps spent warming the learning rate up linearly from zero."""
+    weight_decay: float = 1e-4
+    """AdamW decoupled weight decay (never applied to biases and other 1D parameters)."""
+    grad_clip: float | None = 1.0
+    """Clip the global gradient norm to this value; null disables clipping (the norm is logged anyway)."""
+    loss: Literal["mse", "relative_l2"] = "mse"
+    """Training loss on normalised frames: mean squared error or relative L2 per sample."""
+    rollout_steps: int = 1
+    """Model calls unrolled autoregressively per window; the loss covers every predicted frame."""
+    log_every: int = 50
+    """Optimiser steps per logging window (one line of metrics.jsonl)."""
+    seed: int = 0
+    """Seed of the weight initialisation and the data order."""
+    device: str = "auto"
+    """Where to train: `cpu`, `cuda`, `cuda:1` or `auto`."""
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.rollout_steps < 1 or self.log_every < 1:
+            raise ConfigError("epochs, rollout_steps and log_every must be >= 1")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ConfigError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ConfigError(f"grad_clip must be > 0 or null, got {self.grad_clip}")
+
+
+@dataclass
+class EvaluateConfig:
+    """Autoregressive rollouts on the test split, scored in physical (denormalised) units."""
+
+    rollout_frames: int = 20
+    """Frames predicted autoregressively from the true initial `history` frames of each test trajectory."""
+    start_frame: int = 0
+    """Stored frame at which the rollout's input frames begin."""
+    checkpoint: Literal["best", "last"] = "best"
+    """Which checkpoint of the run to evaluate."""
+    plot_samples: int = 3
+    """Test trajectories drawn as truth / prediction / error space-time images."""
+    device: str = "auto"
+    """Where to evaluate: `cpu`, `cuda`, `cuda:1` or `auto`."""
+
+    def __post_init__(self) -> None:
+        if self.rollout_frames < 1:
+            raise ConfigError(f"rollout_frames must be >= 1, got {self.rollout_frames}")
+        if self.start_frame < 0 or self.plot_samples < 0:
+            raise ConfigError("start_frame and plot_samples must be >= 0")
+
+
+# --------------------------------------------------------------------------------------------------
 # The whole configuration
 
 
@@ -239,6 +396,14 @@ class Config:
     """The ground-truth simulator and its parameter ranges."""
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     """Sizes, sharding and seeds of the generated dataset."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Training windows, normalisation and batching."""
+    model: ModelConfig = field(default_factory=FNOConfig)
+    """The neural surrogate (chosen by `model.name`)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """The training loop."""
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    """Rollouts, metrics and the report on the test split."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -319,6 +484,8 @@ def _build(cls: type, data: Any, path: str) -> Any:
         raise ConfigError(f"{_where(path)} must be a mapping of keys to values, got {data!r}")
     if cls is SystemConfig or (isinstance(cls, type) and issubclass(cls, SystemConfig) and "name" in data):
         cls = _system_class(data, path)
+    elif cls is ModelConfig or (isinstance(cls, type) and issubclass(cls, ModelConfig) and "name" in data):
+        cls = _model_class(data, path)
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     kwargs = {}
@@ -348,6 +515,14 @@ def _system_class(data: Mapping[str, Any], path: str) -> type[SystemConfig]:
         valid = ", ".join(sorted(SYSTEM_CONFIGS))
         raise ConfigError(f"unknown system {_join(path, 'name')}={name!r}; valid systems: {valid}")
     return SYSTEM_CONFIGS[name]
+
+
+def _model_class(data: Mapping[str, Any], path: str) -> type[ModelConfig]:
+    name = data.get("name", "fno")
+    if name not in MODEL_CONFIGS:
+        valid = ", ".join(sorted(MODEL_CONFIGS))
+        raise ConfigError(f"unknown model {_join(path, 'name')}={name!r}; valid models: {valid}")
+    return MODEL_CONFIGS[name]
 
 
 def _convert(hint: Any, value: Any, path: str) -> Any:

@@ -23,5 +23,5 @@ def test_dealias_mask_keeps_two_thirds() -> None:
 
 def test_jaxtyping_runtime_check_is_active() -> None:
     system = build_system(load_config(None, ["system.resolution=16", "system.steps=2"]).system)
-    with pytest.raises(Exception, match="shape|Type-check|type"):
+    with pytest.raises(Exception, match=r"shape|Type-check|type"):
         system.to_spectral(torch.zeros(3, dtype=torch.float32))
