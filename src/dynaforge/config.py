@@ -257,6 +257,8 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"override {item!r} is not of the form key.sub=value")
     try:
+        # A Range written as a plain number is expanded first, so that `x.low=...` can override it.
+        base = OmegaConf.create(_expand_range_shorthand(Config, OmegaConf.to_container(base)))
         merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
         data = OmegaConf.to_container(merged, resolve=True)
     except OmegaConfBaseException as error:
@@ -312,20 +314,27 @@ def resolve_device(name: str) -> str:
 # Dataclass construction with key checking
 
 
-def _build(cls: type, data: Any, path: str) -> Any:
+def _build(cls: type, data: Any, path: str, default: Any = None) -> Any:
+    """Instantiate dataclass `cls` from `data`; keys absent from `data` come from `default` (an instance)."""
     if cls is Range and isinstance(data, int | float) and not isinstance(data, bool):
         return Range(float(data), float(data))
     if not isinstance(data, Mapping):
         raise ConfigError(f"{_where(path)} must be a mapping of keys to values, got {data!r}")
     if cls is SystemConfig or (isinstance(cls, type) and issubclass(cls, SystemConfig) and "name" in data):
         cls = _system_class(data, path)
+    if default is not None and type(default) is not cls:
+        default = None
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     kwargs = {}
     for key, value in data.items():
         if key not in names:
             raise ConfigError(_unknown_key_message(str(key), names, path))
-        kwargs[key] = _convert(hints[key], value, _join(path, key))
+        field_default = _field_default(cls, key) if default is None else getattr(default, key)
+        kwargs[key] = _convert(hints[key], value, _join(path, key), field_default)
+    if default is not None:
+        for name in names:
+            kwargs.setdefault(name, getattr(default, name))
     missing = [
         f.name
         for f in dataclasses.fields(cls)
@@ -342,6 +351,33 @@ def _build(cls: type, data: Any, path: str) -> Any:
         raise ConfigError(f"{_where(path)}: {error}") from None
 
 
+def _field_default(cls: type, name: str) -> Any:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+    return None
+
+
+def _expand_range_shorthand(cls: type, data: Any) -> Any:
+    """Replace numbers standing for a `Range` with {low, high} mappings, following the dataclass schema."""
+    if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
+        return data
+    if issubclass(cls, SystemConfig):
+        cls = SYSTEM_CONFIGS.get(data.get("name", "burgers"), cls)
+    hints = typing.get_type_hints(cls)
+    result = dict(data)
+    for key, value in data.items():
+        hint = hints.get(key)
+        if hint is Range and isinstance(value, int | float) and not isinstance(value, bool):
+            result[key] = {"low": float(value), "high": float(value)}
+        elif dataclasses.is_dataclass(hint):
+            result[key] = _expand_range_shorthand(hint, value)
+    return result
+
+
 def _system_class(data: Mapping[str, Any], path: str) -> type[SystemConfig]:
     name = data.get("name", "burgers")
     if name not in SYSTEM_CONFIGS:
@@ -350,7 +386,7 @@ def _system_class(data: Mapping[str, Any], path: str) -> type[SystemConfig]:
     return SYSTEM_CONFIGS[name]
 
 
-def _convert(hint: Any, value: Any, path: str) -> Any:
+def _convert(hint: Any, value: Any, path: str, default: Any = None) -> Any:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Union or origin is types.UnionType:
@@ -383,7 +419,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         items = [_convert(item_type, v, f"{path}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value, path)
+        return _build(hint, value, path, default if dataclasses.is_dataclass(default) else None)
     if hint is Any:
         return value
     if hint is bool:
