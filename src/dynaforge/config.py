@@ -422,6 +422,8 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"override {item!r} is not of the form key.sub=value")
     try:
+        # A Range written as a plain number is expanded first, so that `x.low=...` can override it.
+        base = OmegaConf.create(_expand_range_shorthand(Config, OmegaConf.to_container(base)))
         merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
         data = OmegaConf.to_container(merged, resolve=True)
     except OmegaConfBaseException as error:
@@ -477,7 +479,8 @@ def resolve_device(name: str) -> str:
 # Dataclass construction with key checking
 
 
-def _build(cls: type, data: Any, path: str) -> Any:
+def _build(cls: type, data: Any, path: str, default: Any = None) -> Any:
+    """Instantiate dataclass `cls` from `data`; keys absent from `data` come from `default` (an instance)."""
     if cls is Range and isinstance(data, int | float) and not isinstance(data, bool):
         return Range(float(data), float(data))
     if not isinstance(data, Mapping):
@@ -486,13 +489,19 @@ def _build(cls: type, data: Any, path: str) -> Any:
         cls = _system_class(data, path)
     elif cls is ModelConfig or (isinstance(cls, type) and issubclass(cls, ModelConfig) and "name" in data):
         cls = _model_class(data, path)
+    if default is not None and type(default) is not cls:
+        default = None
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     kwargs = {}
     for key, value in data.items():
         if key not in names:
             raise ConfigError(_unknown_key_message(str(key), names, path))
-        kwargs[key] = _convert(hints[key], value, _join(path, key))
+        field_default = _field_default(cls, key) if default is None else getattr(default, key)
+        kwargs[key] = _convert(hints[key], value, _join(path, key), field_default)
+    if default is not None:
+        for name in names:
+            kwargs.setdefault(name, getattr(default, name))
     missing = [
         f.name
         for f in dataclasses.fields(cls)
@@ -507,6 +516,33 @@ def _build(cls: type, data: Any, path: str) -> Any:
         return cls(**kwargs)
     except ConfigError as error:
         raise ConfigError(f"{_where(path)}: {error}") from None
+
+
+def _field_default(cls: type, name: str) -> Any:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+    return None
+
+
+def _expand_range_shorthand(cls: type, data: Any) -> Any:
+    """Replace numbers standing for a `Range` with {low, high} mappings, following the dataclass schema."""
+    if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
+        return data
+    if issubclass(cls, SystemConfig):
+        cls = SYSTEM_CONFIGS.get(data.get("name", "burgers"), cls)
+    hints = typing.get_type_hints(cls)
+    result = dict(data)
+    for key, value in data.items():
+        hint = hints.get(key)
+        if hint is Range and isinstance(value, int | float) and not isinstance(value, bool):
+            result[key] = {"low": float(value), "high": float(value)}
+        elif dataclasses.is_dataclass(hint):
+            result[key] = _expand_range_shorthand(hint, value)
+    return result
 
 
 def _system_class(data: Mapping[str, Any], path: str) -> type[SystemConfig]:
@@ -525,7 +561,7 @@ def _model_class(data: Mapping[str, Any], path: str) -> type[ModelConfig]:
     return MODEL_CONFIGS[name]
 
 
-def _convert(hint: Any, value: Any, path: str) -> Any:
+def _convert(hint: Any, value: Any, path: str, default: Any = None) -> Any:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Union or origin is types.UnionType:
@@ -558,7 +594,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         items = [_convert(item_type, v, f"{path}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value, path)
+        return _build(hint, value, path, default if dataclasses.is_dataclass(default) else None)
     if hint is Any:
         return value
     if hint is bool:

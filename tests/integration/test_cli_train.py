@@ -18,6 +18,7 @@ from dynaforge.data import Normalizer
 from dynaforge.models import ModelInput, model_from_checkpoint
 from dynaforge.store import DatasetFolder
 from dynaforge.train.log import read_metrics
+from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "configs" / "tiny.yaml")
@@ -27,9 +28,11 @@ GOLDEN = json.loads((Path(__file__).parent / "golden" / "tiny_val_loss.json").re
 
 @pytest.fixture(scope="module")
 def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`dynaforge run configs/tiny.yaml --out ROOT`, once for the module."""
+    """`dynaforge run configs/tiny.yaml --out ROOT` in a fresh interpreter, once for the module."""
     root = tmp_path_factory.mktemp("tiny")
-    assert main(["-q", "run", TINY, "--out", str(root), "--no-progress"]) == 0
+    result = run_cli("run", TINY, "--out", str(root), "--no-progress")
+    assert "test one-step nRMSE" in result.stdout
+    assert f"report: {root / 'run' / 'eval' / 'report.html'}" in result.stdout
     return root
 
 

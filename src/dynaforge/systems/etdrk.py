@@ -19,7 +19,7 @@ import math
 from typing import NamedTuple
 
 import torch
-from jaxtyping import Complex
+from jaxtyping import Complex, Inexact
 from torch import Tensor
 
 CONTOUR_POINTS = 32
@@ -62,7 +62,7 @@ class ETDCoefficients(NamedTuple):
 
 
 def etd_coefficients(
-    linear: Complex[Tensor, "*shape"], dt: float, order: int, dtype: torch.dtype
+    linear: Inexact[Tensor, "*shape"], dt: float, order: int, dtype: torch.dtype
 ) -> ETDCoefficients:
     """Coefficients of the ETDRK scheme of `order` for step `dt` and diagonal operator `linear`.
 

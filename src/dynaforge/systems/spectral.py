@@ -20,7 +20,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 import torch
-from jaxtyping import Complex, Float
+from jaxtyping import Complex, Float, Inexact
 from torch import Tensor
 
 from dynaforge.config import InitialConfig, Range, SystemConfig
@@ -111,7 +111,7 @@ class SpectralSystem:
 
     def linear_operator(
         self, k: tuple[Tensor, ...], params: dict[str, Float[Tensor, "batch 1"]]
-    ) -> Complex[Tensor, "batch 1 *spectral"]:
+    ) -> Inexact[Tensor, "batch 1 *spectral"]:
         raise NotImplementedError
 
     def nonlinear_term(
