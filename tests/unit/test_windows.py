@@ -123,3 +123,14 @@ def test_loader_batches_are_seeded_and_channels_first() -> None:
     loader = make_loader(dataset, config, torch.device("cpu"), shuffle=False)
     assert loader.pin_memory is False  # pinning only pays for copies to a GPU
     assert safe_start_method("no-such-method") == "spawn"
+
+
+def test_loader_workers_start_safely_and_give_the_same_batches() -> None:
+    dataset = WindowDataset(stored_fields(), Normalizer.identity(2), history=2, targets=1)
+    in_process = make_loader(dataset, DataConfig(batch_size=4), torch.device("cpu"), shuffle=True, seed=3)
+    config = DataConfig(batch_size=4, num_workers=1, start_method="forkserver")
+    with_worker = make_loader(dataset, config, torch.device("cpu"), shuffle=True, seed=3)
+    assert with_worker.multiprocessing_context.get_start_method() == safe_start_method("forkserver")
+    for a, b in zip(in_process, with_worker, strict=True):
+        torch.testing.assert_close(a.inputs, b.inputs)
+        torch.testing.assert_close(a.targets, b.targets)

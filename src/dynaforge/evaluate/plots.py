@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 PNG_METADATA = {"Software": None}
 """No software/version stamp: the same figure gives the same bytes."""
@@ -31,6 +32,7 @@ def error_vs_step_png(rollout_nrmse: Sequence[float], one_step_nrmse: float, fra
     axes.semilogy(steps, rollout_nrmse, marker="o", markersize=3, label="autoregressive rollout")
     axes.axhline(one_step_nrmse, color="gray", linestyle="--", label="one step from true inputs")
     unit = f" (x {frame_dt:.4g} time units)" if frame_dt else ""
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel(f"rollout step{unit}")
     axes.set_ylabel("nRMSE (relative L2)")
     axes.set_title("Test error against rollout step")
