@@ -5,8 +5,11 @@ from __future__ import annotations
 from dynaforge.config import SystemConfig
 from dynaforge.systems.advection import Advection
 from dynaforge.systems.burgers import Burgers
+from dynaforge.systems.gray_scott import GrayScott
 from dynaforge.systems.heat import Heat
 from dynaforge.systems.ks import KuramotoSivashinsky
+from dynaforge.systems.ks2d import KuramotoSivashinsky2D
+from dynaforge.systems.navier_stokes import NavierStokes2D
 from dynaforge.systems.spectral import SpectralSystem
 
 SYSTEMS: dict[str, type[SpectralSystem]] = {
@@ -14,6 +17,9 @@ SYSTEMS: dict[str, type[SpectralSystem]] = {
     "advection": Advection,
     "burgers": Burgers,
     "ks": KuramotoSivashinsky,
+    "navier_stokes": NavierStokes2D,
+    "gray_scott": GrayScott,
+    "ks2d": KuramotoSivashinsky2D,
 }
 
 
