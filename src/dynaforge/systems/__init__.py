@@ -10,9 +10,10 @@ from dynaforge.systems.heat import Heat
 from dynaforge.systems.ks import KuramotoSivashinsky
 from dynaforge.systems.ks2d import KuramotoSivashinsky2D
 from dynaforge.systems.navier_stokes import NavierStokes2D
+from dynaforge.systems.random_cnn import RandomCNNSystem
 from dynaforge.systems.spectral import SpectralSystem
 
-SYSTEMS: dict[str, type[SpectralSystem]] = {
+SYSTEMS: dict[str, type[SpectralSystem] | type[RandomCNNSystem]] = {
     "heat": Heat,
     "advection": Advection,
     "burgers": Burgers,
@@ -20,10 +21,11 @@ SYSTEMS: dict[str, type[SpectralSystem]] = {
     "navier_stokes": NavierStokes2D,
     "gray_scott": GrayScott,
     "ks2d": KuramotoSivashinsky2D,
+    "random_cnn": RandomCNNSystem,
 }
 
 
-def build_system(config: SystemConfig) -> SpectralSystem:
+def build_system(config: SystemConfig) -> SpectralSystem | RandomCNNSystem:
     """The simulator named by `config.name`, set up from its config."""
     if config.name not in SYSTEMS:
         raise ValueError(f"unknown system {config.name!r}; valid: {', '.join(sorted(SYSTEMS))}")
