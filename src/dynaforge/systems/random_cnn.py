@@ -152,8 +152,16 @@ def noise_generator(row_seed: int) -> torch.Generator:
 
 
 def periodic_pad(h: Tensor, kernel_size: int) -> Tensor:
+    """Wrap-around padding of the two spatial axes by kernel_size // 2, keeping the memory layout.
+
+    Same values as F.pad(mode="circular"), which returns a contiguous tensor for a channels-last input
+    (then reordered again by the convolution) and measured 2-3x slower here.
+    """
     p = kernel_size // 2
-    return F.pad(h, (p, p, p, p), mode="circular") if p else h
+    if not p:
+        return h
+    h = torch.cat([h[:, :, -p:], h, h[:, :, :p]], dim=2)
+    return torch.cat([h[..., -p:], h, h[..., :p]], dim=3)
 
 
 def normalize(h: Tensor, norm: str, groups_of_operators: int) -> Tensor:
