@@ -25,6 +25,7 @@ from torch import Tensor
 
 from dynaforge.config import InitialConfig, Range, SystemConfig
 from dynaforge.systems.etdrk import ETDCoefficients, etd_coefficients
+from dynaforge.systems.initial import FAMILIES as INITIAL_FAMILIES
 
 Nonlinear = Callable[[Tensor], Tensor]
 """Maps a spectral state to the spectrum of its nonlinear term N(u)."""
@@ -160,7 +161,7 @@ class SpectralSystem:
         }
         lengths = named["domain_length"].reshape(-1)
         k64 = wavenumbers(self.shape, lengths, torch.float64)
-        linear = self.linear_operator(k64, named)
+        linear = self.linear_operator(k64, named).to(torch.complex128)  # real L (diffusion) too
         coefficients = etd_coefficients(linear, self.config.dt, self.config.order, self.complex_dtype)
         k = tuple(axis_k.to(self.real_dtype) for axis_k in k64)
         named_real = {name: value.to(self.real_dtype) for name, value in named.items()}
@@ -267,8 +268,11 @@ def draw_initial_field(config: InitialConfig, shape: Sequence[int], rng: np.rand
         field = fourier_series_field(shape, config.max_wavenumber, rng)
     elif family == "grf":
         field = gaussian_random_field(shape, config.length_scale, rng)
+    elif family in INITIAL_FAMILIES:  # multiscale, blobs, stripes (systems/initial.py)
+        field = INITIAL_FAMILIES[family](shape, config, rng)
     else:
-        raise ValueError(f"unknown initial-condition family {family!r}; valid: fourier, grf")
+        valid = ", ".join(["fourier", "grf", *INITIAL_FAMILIES])
+        raise ValueError(f"unknown initial-condition family {family!r}; valid: {valid}")
     return normalize_field(field, config)
 
 
@@ -314,7 +318,7 @@ def gaussian_random_field(shape: Sequence[int], length_scale: float, rng: np.ran
         view[axis] = m.size
         m2 = m2 + (m.reshape(view)) ** 2
     filter_ = np.exp(-((2.0 * math.pi * length_scale) ** 2) * m2 / 4.0)  # sqrt of exp(-l^2 k^2 / 2)
-    return np.fft.irfftn(spectrum * filter_, s=tuple(shape))
+    return np.fft.irfftn(spectrum * filter_, s=tuple(shape), axes=tuple(range(len(shape))))
 
 
 def normalize_field(field: np.ndarray, config: InitialConfig) -> np.ndarray:
