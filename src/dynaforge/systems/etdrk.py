@@ -25,6 +25,17 @@ from torch import Tensor
 CONTOUR_POINTS = 32
 """Points on the contour; 32 gives double-precision phi_k for |z| up to ~1e3 (Kassam & Trefethen use 32)."""
 
+NEAR_ORIGIN = 0.5
+"""Contour points closer than this to 0 are evaluated by Taylor series instead of the recurrence.
+
+When |z| is close to the contour radius, a contour point w can land very near the origin, where the
+recurrence phi_k = (phi_{k-1} - 1/(k-1)!) / w divides rounding errors by |w|^k (measured: 2.5e-11 relative
+error in phi_3 for |z| ~ 1 with the plain recurrence). The series sum_j w^j / (j + k)! is exact to
+rounding there; 24 terms leave a truncation error below 0.5^24 / 24! ~ 1e-31.
+"""
+
+TAYLOR_TERMS = 24
+
 
 def phi_functions(
     z: Complex[Tensor, "*shape"], count: int, points: int = CONTOUR_POINTS
@@ -35,12 +46,24 @@ def phi_functions(
     angles = 2.0 * math.pi * (torch.arange(points, dtype=torch.float64, device=z.device) + 0.5) / points
     circle = torch.polar(torch.ones_like(angles), angles)  # (points,)
     w = z.unsqueeze(-1) + circle  # (*shape, points): contour points around each z
+    near = w.abs() < NEAR_ORIGIN
+    w_near = w[near]  # usually a handful of points, or none
     phi = torch.exp(w)
     result = []
     for k in range(1, count + 1):
         phi = (phi - 1.0 / math.factorial(k - 1)) / w
+        if w_near.numel():
+            phi = phi.index_put((near,), phi_taylor(w_near, k))
         result.append(phi.mean(dim=-1))
     return result
+
+
+def phi_taylor(w: Complex[Tensor, " n"], k: int) -> Complex[Tensor, " n"]:
+    """phi_k(w) = sum_{j >= 0} w^j / (j + k)! by Horner's rule, accurate for |w| <= NEAR_ORIGIN."""
+    total = torch.full_like(w, 1.0 / math.factorial(TAYLOR_TERMS - 1 + k))
+    for j in range(TAYLOR_TERMS - 2, -1, -1):
+        total = total * w + 1.0 / math.factorial(j + k)
+    return total
 
 
 class ETDCoefficients(NamedTuple):

@@ -160,7 +160,8 @@ class SpectralSystem:
         }
         lengths = named["domain_length"].reshape(-1)
         k64 = wavenumbers(self.shape, lengths, torch.float64)
-        linear = self.linear_operator(k64, named)
+        # Real operators (heat, Burgers, KS) are promoted here: the coefficients are computed in complex128.
+        linear = self.linear_operator(k64, named).to(torch.complex128)
         coefficients = etd_coefficients(linear, self.config.dt, self.config.order, self.complex_dtype)
         k = tuple(axis_k.to(self.real_dtype) for axis_k in k64)
         named_real = {name: value.to(self.real_dtype) for name, value in named.items()}
