@@ -95,3 +95,16 @@ def test_burgers_conserves_the_mean(dtype: str, tolerance: float) -> None:
     assert drift < tolerance, f"mean drifted by {drift:.2e}"
     # Meanwhile the field itself does evolve (a frozen solver would also conserve the mean).
     assert (fields[:, -1] - fields[:, 0]).abs().max().item() > 1e-2
+
+
+def test_shared_parameters_broadcast_gives_the_same_numbers() -> None:
+    # With a constant parameter range the operators are set up once and broadcast over the batch; each
+    # sample must still get exactly what it gets alone.
+    system = system_from_overrides("burgers", **{**SETTINGS["burgers"], "viscosity": 0.02})
+    params, initial = drawn_batch(system, 4)
+    assert len(set(params[:, -1].tolist())) == 1
+    ops = system.operators(params, torch.device("cpu"))
+    assert ops.coefficients.E.shape[0] == 1, "shared parameters should be set up once"
+    batched = system.rollout(initial, params).fields
+    for i in range(4):
+        assert torch.equal(batched[i : i + 1], system.rollout(initial[i : i + 1], params[i : i + 1]).fields)
