@@ -26,8 +26,10 @@ Writes benchmarks/results/generate_pde.json (one record per case and baseline; r
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,15 +107,25 @@ class Timing:
 
 
 def time_calls(run: Callable[[], object], repeats: int) -> Timing:
-    start = time.perf_counter()
-    run()
-    warmup = time.perf_counter() - start
-    runs = []
-    for _ in range(repeats):
+    (timing,) = time_interleaved([run], repeats)
+    return timing
+
+
+def time_interleaved(runs: list[Callable[[], object]], repeats: int) -> list[Timing]:
+    """First calls (warm-up) of every function, then `repeats` rounds that call each once in turn, so that
+    the load of a shared machine, which drifts over seconds, weighs on all of them alike."""
+    warmups = []
+    for run in runs:
         start = time.perf_counter()
         run()
-        runs.append(time.perf_counter() - start)
-    return Timing(warmup, statistics.median(runs), tuple(runs))
+        warmups.append(time.perf_counter() - start)
+    timed: list[list[float]] = [[] for _ in runs]
+    for _ in range(repeats):
+        for run, times in zip(runs, timed):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+    return [Timing(w, statistics.median(t), tuple(t)) for w, t in zip(warmups, timed)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -209,19 +221,20 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
     initial = initial64.to(torch.float32)
     sample_steps = case.samples * case.steps
 
-    batched = time_calls(lambda: dynaforge_batched(system, params, initial), repeats)
+    check_same_dealiasing(case)
+    exponax_run = exponax_rollout(case)
+    initial_np = initial.numpy()
+    batched, exp_timing = time_interleaved(
+        [lambda: dynaforge_batched(system, params, initial), lambda: exponax_run(initial_np)], repeats
+    )
     fields = dynaforge_batched(system, params, initial).numpy()
+    exp_fields = np.asarray(exponax_run(initial_np))
     dyn_rate = sample_steps / batched.median
 
     # The loop's first call is a full pass too (its warm-up is in any case a single-sample rollout).
     loop = time_calls(lambda: dynaforge_loop(system, params, initial), 1)
     loop_rate = sample_steps / loop.median
 
-    check_same_dealiasing(case)
-    exponax_run = exponax_rollout(case)
-    initial_np = initial.numpy()
-    exp_timing = time_calls(lambda: exponax_run(initial_np), repeats)
-    exp_fields = np.asarray(exponax_run(initial_np))
     exp_rate = sample_steps / exp_timing.median
 
     # Accuracy: both float32 runs against each other and against dynaforge's float64 run of the same scheme
@@ -252,8 +265,9 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
     print(f"  max |float32 - float64 dynaforge|: dynaforge {dyn_vs_64:.2e}, exponax {exp_vs_64:.2e}")
 
     environment = (
-        f"torch {torch.__version__} ({torch.get_num_threads()} threads), {platform.machine()}, "
-        f"{platform.python_version()}; timings on a shared machine are provisional"
+        f"torch {torch.__version__} with {torch.get_num_threads()} intra-op threads, "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')!r}, Python {platform.python_version()}, "
+        f"{platform.machine()} with {os.cpu_count()} cores; timings on a shared machine are provisional"
     )
     accuracy = (
         f"max |dynaforge - exponax| = {diff_all:.2e} over all {case.steps + 1} frames (t <= {horizon:g}), "
@@ -283,7 +297,7 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
             "baseline_value": exp_rate,
             "ratio": dyn_rate / exp_rate,
             "notes": (
-                f"medians of {repeats} runs: dynaforge {batched.median:.4f} s (first call {batched.warmup:.4f} s), "
+                f"medians of {repeats} interleaved runs: dynaforge {batched.median:.4f} s (first call {batched.warmup:.4f} s), "
                 f"exponax {exp_timing.median:.4f} s (first call incl. JIT {exp_timing.warmup:.4f} s); "
                 f"{accuracy}; {environment}"
             ),
@@ -293,8 +307,6 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
 
 def set_threads(threads: int) -> None:
     """Limit torch and XLA (which reads XLA_FLAGS when jax is first imported, later in this process)."""
-    import os
-    import sys
 
     if "jax" in sys.modules:
         raise RuntimeError("set_threads must run before jax is imported")
@@ -315,7 +327,7 @@ def main() -> None:
         help="intra-op threads for torch and XLA alike (default 0: each library's default, all cores); "
         "1 gives steadier figures on a loaded machine",
     )
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per solver (median reported)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed runs per solver (median reported)")
     parser.add_argument(
         "--out",
         type=Path,

