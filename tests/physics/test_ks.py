@@ -1,8 +1,8 @@
 """Kuramoto-Sivashinsky: the error against a fine-step reference falls as dt^order for ETDRK1-4.
 
 Setting of Kassam & Trefethen (2005): L = 32 pi, u0 = cos(x/16) (1 + sin(x/16)), here on 128 points and
-up to t = 5, a horizon short enough that the chaotic growth of perturbations (Lyapunov time ~20) does
-not spoil the asymptotic error constants. The reference is ETDRK4 with 6400 steps; its own error
+up to t = 5, a horizon short enough that the chaotic growth of perturbations (Lyapunov time ~10 at this
+L) does not spoil the asymptotic error constants. The reference is ETDRK4 with 6400 steps; its own error
 (~1e-15, extrapolated from the measured order-4 errors) is far below the smallest error compared here.
 """
 
