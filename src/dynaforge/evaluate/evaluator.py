@@ -19,6 +19,7 @@ import torch
 from dynaforge.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from dynaforge.config import (
     Config,
+    ConfigError,
     EvaluateConfig,
     config_from_dict,
     config_to_dict,
@@ -30,7 +31,7 @@ from dynaforge.data import Normalizer
 from dynaforge.evaluate.metrics import nrmse, nrmse_per_frame
 from dynaforge.evaluate.plots import error_vs_step_png, space_time_png
 from dynaforge.evaluate.report import render_report
-from dynaforge.evaluate.rollout import one_step_predictions, rollouts
+from dynaforge.evaluate.rollout import Rollouts, one_step_predictions, rollouts
 from dynaforge.models import ModelShape, model_from_checkpoint
 from dynaforge.runs import RunError, RunFolder, run_folder
 from dynaforge.store import DatasetFolder
@@ -143,13 +144,13 @@ def frame_dt(dataset: DatasetFolder, stride: int) -> float | None:
     """Time between two model frames, when the dataset's config says it."""
     try:
         system = dataset.config.system
-    except Exception:  # a dataset from another tool may carry no dynaforge config
+    except ConfigError:  # a dataset from another tool may carry no (or another) dynaforge config
         return None
     return system.dt * system.save_every * stride
 
 
 def write_outputs(
-    folder: RunFolder, metrics: dict[str, Any], rolled: Any, config: EvaluateConfig, trained: Config
+    folder: RunFolder, metrics: dict[str, Any], rolled: Rollouts, config: EvaluateConfig, trained: Config
 ) -> Path:
     """metrics.json, the PNG figures beside it, and report.html (figures embedded), all atomically."""
     out = folder.eval

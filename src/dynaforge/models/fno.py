@@ -7,7 +7,8 @@ commutes with translations, as the PDEs it learns do.
 
 from __future__ import annotations
 
-from torch import nn
+from jaxtyping import Float
+from torch import Tensor, nn
 
 from dynaforge.config import FNOConfig
 from dynaforge.models.base import (
@@ -34,7 +35,7 @@ class FNOBlock(nn.Module):
         self.pointwise = POINTWISE[len(modes)](width, width, kernel_size=1)
         self.activation = nn.GELU() if activate else nn.Identity()
 
-    def forward(self, x):  # (B, width, *space) -> (B, width, *space)
+    def forward(self, x: Float[Tensor, "batch width *space"]) -> Float[Tensor, "batch width *space"]:
         return self.activation(self.spectral(x) + self.pointwise(x))
 
 

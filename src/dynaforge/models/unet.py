@@ -8,7 +8,8 @@ Any grid size of at least 2^(levels-1) points works, odd ones included.
 from __future__ import annotations
 
 import torch
-from torch import nn
+from jaxtyping import Float
+from torch import Tensor, nn
 
 from dynaforge.config import UNetConfig
 from dynaforge.models.base import (
@@ -37,7 +38,7 @@ class ConvBlock(nn.Module):
             nn.GELU(),
         )
 
-    def forward(self, x):  # (B, in, X) -> (B, out, X)
+    def forward(self, x: Float[Tensor, "batch c_in x"]) -> Float[Tensor, "batch c_out x"]:
         return self.layers(x)
 
 

@@ -168,6 +168,7 @@ class Trainer:
         parameters = [p for p in self.model.parameters() if p.grad is not None]
         norm = get_total_norm([p.grad for p in parameters])
         if self.config.train.grad_clip is not None:
+            # In place on purpose: gradients are scaled where the optimiser reads them.
             clip_grads_with_norm_(parameters, self.config.train.grad_clip, norm)
         return norm
 
