@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-from dynaforge.config import SystemConfig
+from dynaforge.config import NBodyConfig, SystemConfig
 from dynaforge.systems.advection import Advection
 from dynaforge.systems.burgers import Burgers
 from dynaforge.systems.heat import Heat
 from dynaforge.systems.ks import KuramotoSivashinsky
+from dynaforge.systems.nbody import NBody
 from dynaforge.systems.spectral import SpectralSystem
 
-SYSTEMS: dict[str, type[SpectralSystem]] = {
+SYSTEMS: dict[str, type[SpectralSystem] | type[NBody]] = {
     "heat": Heat,
     "advection": Advection,
     "burgers": Burgers,
     "ks": KuramotoSivashinsky,
+    "nbody": NBody,
 }
 
 
-def build_system(config: SystemConfig) -> SpectralSystem:
+def build_system(config: SystemConfig | NBodyConfig) -> SpectralSystem | NBody:
     """The simulator named by `config.name`, set up from its config."""
     if config.name not in SYSTEMS:
         raise ValueError(f"unknown system {config.name!r}; valid: {', '.join(sorted(SYSTEMS))}")
-    return SYSTEMS[config.name](config)
+    return SYSTEMS[config.name](config)  # type: ignore[arg-type]  # each class checks its config type
 
 
-__all__ = ["SYSTEMS", "SpectralSystem", "build_system"]
+__all__ = ["SYSTEMS", "NBody", "SpectralSystem", "build_system"]

@@ -1,0 +1,1 @@
+"""Neural models: surrogates and the N-body step controller (`dt_predictor`)."""
