@@ -49,7 +49,43 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
     inspect.add_argument("--no-checksums", action="store_true", help="skip SHA-256 verification (faster)")
     inspect.set_defaults(handler=run_inspect)
+    add_nbody_parser(verbs)
     return parser
+
+
+def add_nbody_parser(verbs: argparse._SubParsersAction) -> None:
+    nbody = verbs.add_parser("nbody", help="N-body simulation and the learned step controller")
+    actions = nbody.add_subparsers(dest="action", required=True)
+    simulate = actions.add_parser(
+        "simulate", help="run N-body systems; write invariants.json, plots and an animation"
+    )
+    add_config_arguments(simulate)
+    simulate.add_argument("--out", required=True, help="output folder")
+    simulate.add_argument(
+        "--controller",
+        choices=("fixed", "adaptive", "learned"),
+        default=None,
+        help="step control (default: system.control.kind from the config)",
+    )
+    simulate.add_argument("--model", default=None, help="run folder of a trained controller (for learned)")
+    simulate.add_argument("--systems", type=int, default=1, help="systems drawn and stepped together")
+    simulate.add_argument(
+        "--animation",
+        choices=("auto", "gif", "mp4", "none"),
+        default="auto",
+        help="auto: MP4 when ffmpeg is on PATH, else GIF",
+    )
+    simulate.add_argument("--frames", type=int, default=120, help="animation frames")
+    simulate.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
+    simulate.set_defaults(handler=run_nbody_simulate)
+    train = actions.add_parser("train", help="train the learned step controller into a run folder")
+    add_config_arguments(train)
+    train.add_argument("--out", required=True, help="run folder (config.yaml, metrics.jsonl, checkpoints/)")
+    train.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from checkpoints/last.pt"
+    )
+    train.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
+    train.set_defaults(handler=run_nbody_train)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +109,49 @@ def run_generate(args: argparse.Namespace) -> int:
     done = sum(1 for s in manifest["shards"] if s["complete"])
     state = "complete" if manifest["complete"] else "partial (other workers' shards pending)"
     print(f"{args.out}: {done}/{len(manifest['shards'])} shards, {state}")
+    return 0
+
+
+def nbody_overrides(args: argparse.Namespace) -> list[str]:
+    overrides = list(args.overrides)
+    if getattr(args, "controller", None):
+        overrides.append(f"system.control.kind={args.controller}")
+    if getattr(args, "model", None):
+        overrides.append(f"system.control.model={args.model}")
+    return overrides
+
+
+def set_threads(threads: int | None) -> None:
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def run_nbody_simulate(args: argparse.Namespace) -> int:
+    from dynaforge.evaluate.nbody_report import simulate
+
+    set_threads(args.threads)
+    config = load_config(args.config, nbody_overrides(args))
+    summary = simulate(config, args.out, args.systems, args.animation, args.frames)
+    for i, system in enumerate(summary["systems"]):
+        drift = system["max_relative_drift"]
+        print(
+            f"system {i}: t={system['t_end']:.6g} steps={system['steps']} force evaluations={system['force_evaluations']} "
+            f"max |dE/E|={drift['energy']:.3g} |dP|={drift['momentum']:.3g} |dL|={drift['angular_momentum']:.3g}"
+        )
+    print(f"wrote {args.out}/invariants.json, plots and {summary.get('animation', 'no animation')}")
+    return 0
+
+
+def run_nbody_train(args: argparse.Namespace) -> int:
+    from dynaforge.train.nbody_controller import train_controller
+
+    set_threads(args.threads)
+    config = load_config(args.config, args.overrides)
+    metrics = train_controller(config, args.out, resume=args.resume)
+    if metrics:
+        print(f"{args.out}: validation loss {metrics['val_loss']:.4g}")
     return 0
 
 

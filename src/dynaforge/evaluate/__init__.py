@@ -1,0 +1,1 @@
+"""Rollouts, metrics, plots and reports."""
