@@ -508,7 +508,7 @@ class TimestepperConfig:
 class Config:
     """Everything one run needs; each section belongs to one stage of the pipeline."""
 
-    system: SystemConfig = field(default_factory=BurgersConfig)
+    system: SystemConfig | NBodyConfig = field(default_factory=BurgersConfig)
     """The ground-truth simulator and its parameter ranges."""
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     """Sizes, sharding and seeds of the generated dataset."""
@@ -632,6 +632,8 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         if value is None and type(None) in args:
             return None
         options = [a for a in args if a is not type(None)]
+        if SystemConfig in options:  # the system section picks its dataclass by `name` (see _build)
+            return _build(SystemConfig, value, path)
         errors = []
         for option in options:
             try:

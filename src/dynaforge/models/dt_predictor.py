@@ -2,7 +2,7 @@
 
 The network predicts log(h / T0), h the step and T0 the system's initial time scale, as a linear (power
 law) path plus an MLP correction; the step exp(.) is positive by construction. A soft clamp keeps
-log(h / T0) within +-`LOG_STEP_LIMIT` so exp never overflows. The linear path starts as the classical
+log(h / T0) within +-`LOG_STEP_LIMIT` so exp never overflows (it is the identity well inside that range). The linear path starts as the classical
 criterion h = eta0 * tau (weight 1 on the classical time scale feature, bias log eta0) and the MLP's last
 layer starts at zero, so an untrained controller behaves like `adaptive` control with eta = eta0.
 Features are computed by `dynaforge.systems.nbody_control.controller_features`.
@@ -83,7 +83,13 @@ class StepControllerNet(nn.Module):
                 )
             x = torch.cat([x, inputs.history.flatten(1)], dim=1)
         raw = (self.linear(x) + self.mlp(x)).squeeze(-1)
-        return StepControllerOutput(LOG_STEP_LIMIT * torch.tanh(raw / LOG_STEP_LIMIT))
+        return StepControllerOutput(soft_clamp(raw, LOG_STEP_LIMIT))
+
+
+def soft_clamp(x: Tensor, limit: float) -> Tensor:
+    """x inside (-limit, limit) (identity to ~exp(-limit / 2) for |x| < limit / 2), smooth, with gradient."""
+    softplus = torch.nn.functional.softplus
+    return x - softplus(x - limit) + softplus(-limit - x)
 
 
 def build_step_controller_net(

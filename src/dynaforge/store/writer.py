@@ -43,8 +43,7 @@ from dynaforge.store.format import (
     sample_seed,
 )
 from dynaforge.store.stats import ChannelMoments
-from dynaforge.systems import build_system
-from dynaforge.systems.spectral import SpectralSystem
+from dynaforge.systems import System, build_system
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +181,7 @@ def write_shard(
     root: Path,
     shard: ShardSpec,
     config: Config,
-    system: SpectralSystem,
+    system: System,
     device: torch.device,
     on_steps: Callable[[int], Any] | None = None,
 ) -> dict[str, Any]:
@@ -244,7 +243,7 @@ def write_shard(
 
 
 def write_shard_metadata(
-    h5: h5py.File, shard: ShardSpec, config: Config, system: SpectralSystem, seeds: np.ndarray
+    h5: h5py.File, shard: ShardSpec, config: Config, system: System, seeds: np.ndarray
 ) -> None:
     h5.attrs["format_version"] = FORMAT_VERSION
     h5.attrs["dynaforge_version"] = dynaforge.__version__
@@ -261,14 +260,14 @@ def write_shard_metadata(
     h5.create_dataset("param_names", data=np.asarray(system.parameter_names, dtype=h5py.string_dtype()))
 
 
-def write_coordinates(h5: h5py.File, system: SpectralSystem, params: np.ndarray) -> None:
+def write_coordinates(h5: h5py.File, system: System, params: np.ndarray) -> None:
     """Coordinates per sample and axis, (N, n) under the axis's name: the system's own `coordinates(params)`
     when it has one (the N-body system's body index), else the grid x_j = j L / n (L per sample)."""
     for name, values in coordinates_of(system, params).items():
         h5.create_dataset(name, data=values)
 
 
-def coordinates_of(system: SpectralSystem, params: np.ndarray) -> dict[str, np.ndarray]:
+def coordinates_of(system: System, params: np.ndarray) -> dict[str, np.ndarray]:
     own = getattr(system, "coordinates", None)
     if own is not None:
         return own(params)
@@ -279,7 +278,7 @@ def coordinates_of(system: SpectralSystem, params: np.ndarray) -> dict[str, np.n
     }
 
 
-def channel_names(system: SpectralSystem) -> tuple[str, ...]:
+def channel_names(system: System) -> tuple[str, ...]:
     """The system's `channel_names` if it names them, else u (one channel) or u0, u1, ..."""
     own = getattr(system, "channel_names", None)
     if own is not None:
@@ -287,7 +286,7 @@ def channel_names(system: SpectralSystem) -> tuple[str, ...]:
     return tuple(f"u{c}" if system.channels > 1 else "u" for c in range(system.channels))
 
 
-def axis_names(system: SpectralSystem) -> tuple[str, ...]:
+def axis_names(system: System) -> tuple[str, ...]:
     """The system's `axis_names` if it names them, else x, y, z for its spatial axes."""
     own = getattr(system, "axis_names", None)
     return tuple(own) if own is not None else tuple(AXIS_NAMES[: system.ndim])

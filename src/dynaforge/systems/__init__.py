@@ -10,6 +10,9 @@ from dynaforge.systems.ks import KuramotoSivashinsky
 from dynaforge.systems.nbody import NBody
 from dynaforge.systems.spectral import SpectralSystem
 
+System = SpectralSystem | NBody
+"""Any simulator `build_system` returns (the store writer takes either)."""
+
 SYSTEMS: dict[str, type[SpectralSystem] | type[NBody]] = {
     "heat": Heat,
     "advection": Advection,
@@ -19,11 +22,11 @@ SYSTEMS: dict[str, type[SpectralSystem] | type[NBody]] = {
 }
 
 
-def build_system(config: SystemConfig | NBodyConfig) -> SpectralSystem | NBody:
+def build_system(config: SystemConfig | NBodyConfig) -> System:
     """The simulator named by `config.name`, set up from its config."""
     if config.name not in SYSTEMS:
         raise ValueError(f"unknown system {config.name!r}; valid: {', '.join(sorted(SYSTEMS))}")
     return SYSTEMS[config.name](config)  # type: ignore[arg-type]  # each class checks its config type
 
 
-__all__ = ["SYSTEMS", "NBody", "SpectralSystem", "build_system"]
+__all__ = ["SYSTEMS", "NBody", "SpectralSystem", "System", "build_system"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 from jaxtyping import Float
@@ -198,6 +198,7 @@ class ControlContext(NamedTuple):
     history: Tensor | None = None  # (B, K, F), most recent first
 
 
+@runtime_checkable
 class StepController(Protocol):
     def init(self, state: BodyState, current: Gravity, params: BodyParams) -> ControlContext: ...
 

@@ -39,7 +39,7 @@ def solve_kepler(mean_anomaly: np.ndarray | float, eccentricity: float, tol: flo
         e_anomaly = e_anomaly - step
         if np.max(np.abs(step)) < tol:
             break
-    return e_anomaly
+    return np.asarray(e_anomaly)
 
 
 def kepler_relative_state(
@@ -88,16 +88,18 @@ def kepler_analytic(
 
 
 def orbital_elements(
-    relative_position: np.ndarray, relative_velocity: np.ndarray, total_mass: float
+    relative_position: np.ndarray, relative_velocity: np.ndarray, total_mass: float | np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Semi-major axis and eccentricity (...,) of a relative two-body state (G = 1)."""
+    """Semi-major axis and eccentricity (...,) of relative two-body states (..., 3) (G = 1); `total_mass`
+    is a number or an array broadcastable to (...,)."""
+    mass = np.asarray(total_mass, dtype=np.float64)
     r = np.linalg.norm(relative_position, axis=-1)
     v2 = (relative_velocity**2).sum(-1)
-    specific_energy = 0.5 * v2 - total_mass / r
-    a = -total_mass / (2.0 * specific_energy)
+    specific_energy = 0.5 * v2 - mass / r
+    a = -mass / (2.0 * specific_energy)
     h = np.cross(relative_position, relative_velocity)
-    e_vector = np.cross(relative_velocity, h) / total_mass - relative_position / r[..., None]
-    return a, np.linalg.norm(e_vector, axis=-1)
+    e_vector = np.cross(relative_velocity, h) / mass[..., None] - relative_position / r[..., None]
+    return np.asarray(a), np.asarray(np.linalg.norm(e_vector, axis=-1))
 
 
 # --------------------------------------------------------------------------------------------------

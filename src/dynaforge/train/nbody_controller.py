@@ -425,13 +425,13 @@ class Trainer:
 
     # ---- the loop ------------------------------------------------------------------------------------
 
-    def run(self, stop_after: int | None = None) -> dict[str, float]:
+    def run(self, stop_after: int | None = None) -> dict[str, Any]:
         """Adam for `steps`, then `lbfgs_steps` L-BFGS iterations; returns the last validation metrics.
 
         `stop_after` ends the run early after that global step (a stand-in for a killed run in tests).
         """
         total = self.t.steps + self.t.lbfgs_steps
-        last_eval: dict[str, float] = {}
+        last_eval: dict[str, Any] = {}
         started = time.perf_counter()
         while self.step < total:
             if self.step == self.t.steps and self.phase == "adam":
@@ -591,6 +591,6 @@ def truncate_metrics(path: Path, step: int) -> None:
 
 def train_controller(
     config: Config, out: str | Path, resume: bool = False, stop_after: int | None = None
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Train (or resume) a step controller into run folder `out`; returns the last validation metrics."""
     return Trainer(config, out, resume).run(stop_after)
