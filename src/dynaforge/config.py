@@ -445,12 +445,17 @@ class TimestepperConfig:
     integrates one window of `window` steps and back-propagates through it (truncated back-propagation
     through time: the state entering a window is detached). After `episode` windows the systems restart
     from fresh start states. At every step n the relative energy error e_n = |E_n - E_0| / |E_0| is
-    measured from the episode's start, as the benchmark measures it, and the loss is
-        penalty * mean_n relu(log(e_n / band_high))^2            (too inaccurate at any step)
-      + penalty * relu(log(band_low / max_n e_n))^2              (too accurate over the whole window)
-      - reward * mean_n log(h_n / T0)                            (larger steps are better)
+    measured from the episode's start, as the benchmark measures it, and the loss of a window is
+        penalty * mean_n relu(log(e_n / band_high))^2            (upper edge: too inaccurate at a step)
+      + penalty * relu(log(band_low / max_n e_n))^2              (lower edge: too accurate in the window)
+      + shape * (log(max_n e_n) / 2 - mean_n log(h_n / T0))      (scale-free cost of the step shape)
+      - reward * mean_n log(h_n / T0)                            (extra push to larger steps)
     The lower edge acts on a window's largest error because e_n is near zero at an episode's start,
-    whatever the step.
+    whatever the step. The shape cost rewards larger steps at a given error: leapfrog's error scales as
+    h^2, so reaching a target error would take steps scaled by sqrt(target / max error); the cost does
+    not change when every step is scaled by the same factor, so it judges how h(y) varies between
+    states (where to spend steps), while the band edges set its overall level. (max_n is a soft maximum,
+    logsumexp with sharpness 8, so the cost stays smooth.)
     """
 
     model: ControllerNetConfig = field(default_factory=ControllerNetConfig)
@@ -471,9 +476,11 @@ class TimestepperConfig:
     """Lower edge of the target band of per-step relative energy error."""
     band_high: float = 1e-5
     """Upper edge of the target band."""
-    reward: float = 1.0
-    """Weight of the larger-step reward."""
-    penalty: float = 100.0
+    reward: float = 0.0
+    """Weight of the extra larger-step reward."""
+    shape: float = 1.0
+    """Weight of the scale-free shape cost (which holds the main larger-step reward)."""
+    penalty: float = 1.0
     """Weight of the band penalties."""
     grad_clip: float = 1.0
     """Clip the gradient norm (the norm is logged anyway)."""
@@ -496,8 +503,8 @@ class TimestepperConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 < self.band_low < self.band_high:
             raise ConfigError(f"need 0 < band_low < band_high, got {self.band_low} and {self.band_high}")
-        if self.lr <= 0 or self.reward < 0 or self.penalty < 0 or self.lbfgs_steps < 0:
-            raise ConfigError("lr must be > 0; reward, penalty and lbfgs_steps >= 0")
+        if self.lr <= 0 or min(self.reward, self.penalty, self.shape, self.lbfgs_steps) < 0:
+            raise ConfigError("lr must be > 0; reward, penalty, shape and lbfgs_steps >= 0")
 
 
 # --------------------------------------------------------------------------------------------------

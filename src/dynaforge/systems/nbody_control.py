@@ -289,6 +289,11 @@ def load_learned_controller(path: str | Path, scale: float = 1.0, device: str = 
     if not path.exists():
         raise FileNotFoundError(f"controller checkpoint {path} not found")
     checkpoint = torch.load(path, map_location=device, weights_only=True)
+    if tuple(checkpoint.get("feature_names", ())) != FEATURE_NAMES:
+        raise ConfigError(
+            f"{path} was trained on features {checkpoint.get('feature_names')}, this dynaforge computes "
+            f"{list(FEATURE_NAMES)}; retrain it with `dynaforge nbody train`"
+        )
     net = build_step_controller_net(checkpoint["model_config"]).to(device)
     net.load_state_dict(checkpoint["model"])
     net.eval()

@@ -1,15 +1,18 @@
 """Train the learned N-body step controller by differentiating through the integrator.
 
 A small self-contained loop (Adam, then optional L-BFGS) in the order the general trainer engine will use:
-draw windows, forward (integrate with the controller choosing the steps), loss, backward, clip, step,
-log, evaluate, checkpoint. The pieces the engine needs are separate functions: `build_training_systems`
-(the data), `window_loss` (forward + loss), `save_checkpoint` / `load_checkpoint` (state).
+take the next window of a stream of systems, forward (integrate with the controller choosing the steps),
+loss, backward, clip, step, log, evaluate, checkpoint. The pieces the engine needs are separate functions:
+`build_training_systems` (the data), `window_loss` (forward + loss, `TimestepperConfig` documents it),
+`detach_run` (the truncation point), `save_checkpoint` / `load_checkpoint`, and `Trainer.payload` /
+`Trainer.restore` (what a checkpoint holds).
 
 Run folder (`--out RUN`):
     config.yaml               the full resolved config
     metrics.jsonl             one JSON object per logged step (and per evaluation, with "val_" keys)
     checkpoints/last.pt       model, optimiser, step, phase, RNG state, best validation loss, model config,
-                              full config and the training systems (initial conditions and window starts)
+                              feature names, full config, the training systems (initial conditions and
+                              episode start states) and the systems in flight, so a resume is exact
     checkpoints/best.pt       the same at the best validation loss so far
 Checkpoints are written atomically and load with torch.load(..., weights_only=True).
 """
@@ -52,6 +55,7 @@ from dynaforge.systems.nbody_initial import kepler_relative_state, random_cluste
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
+SOFT_MAX_SHARPNESS = 8.0
 RESUMABLE_KEYS = (
     "timestepper.steps",
     "timestepper.lbfgs_steps",
@@ -193,6 +197,7 @@ class WindowLoss(NamedTuple):
     loss: Tensor
     penalty_high: Tensor
     penalty_low: Tensor
+    shape_cost: Tensor
     mean_log_step: Tensor
     fraction_above: Tensor
     max_error: Tensor
@@ -205,6 +210,7 @@ def window_loss(
     band: tuple[float, float],
     reward: float,
     penalty: float,
+    shape: float = 1.0,
 ) -> tuple[RunState, WindowLoss]:
     """Integrate `window` steps from `run` with the integrator's (learned) controller; the loss of
     `TimestepperConfig` (documented there), errors measured from the run's start."""
@@ -221,11 +227,15 @@ def window_loss(
     penalty_high = (above**2).mean()
     penalty_low = (below**2).mean()
     mean_log_step = log_step.mean()
-    loss = penalty * (penalty_high + penalty_low) - reward * mean_log_step
+    # Scale-free cost (see TimestepperConfig): unchanged when every step is scaled by one factor.
+    soft_max = torch.logsumexp(SOFT_MAX_SHARPNESS * torch.log(error), dim=1) / SOFT_MAX_SHARPNESS
+    shape_cost = (0.5 * soft_max).mean() - mean_log_step
+    loss = penalty * (penalty_high + penalty_low) - reward * mean_log_step + shape * shape_cost
     result = WindowLoss(
         loss,
         penalty_high.detach(),
         penalty_low.detach(),
+        shape_cost.detach(),
         mean_log_step.detach(),
         (error > high).to(error.dtype).mean(),
         error.amax().detach(),
@@ -463,6 +473,7 @@ class Trainer:
             self.band,
             self.t.reward,
             self.t.penalty,
+            self.t.shape,
         )
         result.loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.t.grad_clip)
@@ -508,7 +519,7 @@ class Trainer:
             for _ in range(self.t.episode):
                 with torch.set_grad_enabled(backward):
                     run, result = window_loss(
-                        integrator, run, self.t.window, self.band, self.t.reward, self.t.penalty
+                        integrator, run, self.t.window, self.band, self.t.reward, self.t.penalty, self.t.shape
                     )
                 if backward:
                     (result.loss / (self.t.episode * len(self.groups))).backward()
@@ -530,7 +541,7 @@ class Trainer:
                 parts = []
                 for _ in range(self.t.episode):
                     run, result = window_loss(
-                        integrator, run, self.t.window, self.band, self.t.reward, self.t.penalty
+                        integrator, run, self.t.window, self.band, self.t.reward, self.t.penalty, self.t.shape
                     )
                     parts.append(result)
                 losses.append(sum(float(r.loss) for r in parts) / len(parts))
@@ -541,6 +552,7 @@ class Trainer:
                     parts
                 )
                 results[f"val_{group}_max_error"] = max(float(r.max_error) for r in parts)
+                results[f"val_{group}_shape_cost"] = sum(float(r.shape_cost) for r in parts) / len(parts)
         results["val_loss"] = sum(losses) / len(losses)
         self.log_metrics(results)
         if results["val_loss"] < self.best:
@@ -556,6 +568,7 @@ class Trainer:
             "loss": float(result.loss.detach()),
             "penalty_high": float(result.penalty_high),
             "penalty_low": float(result.penalty_low),
+            "shape_cost": float(result.shape_cost),
             "mean_log_step": float(result.mean_log_step),
             "fraction_above": float(result.fraction_above),
             "max_error": float(result.max_error),
