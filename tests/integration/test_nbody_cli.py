@@ -8,8 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from dynaforge.cli import main
+from dynaforge.config import load_config
+from dynaforge.store.format import sample_rng, sample_seed
 from dynaforge.store.reader import DatasetFolder
-from dynaforge.systems.nbody_initial import orbital_elements
+from dynaforge.systems import build_system
+from dynaforge.systems.nbody_initial import load_initial_from_store, orbital_elements
 
 TINY = str(Path(__file__).resolve().parents[2] / "configs" / "nbody_tiny.yaml")
 
@@ -29,6 +32,16 @@ def test_generate_stores_bodies_and_channels(tmp_path: Path) -> None:
     _, e = orbital_elements(rel_x.astype(np.float64), rel_v.astype(np.float64), m.sum(1)[:, None])
     expected = np.broadcast_to(split.params[:, [names.index("eccentricity")]], e.shape)
     np.testing.assert_allclose(e, expected, rtol=0, atol=1e-4)  # adaptive steps, eta = 0.01: ~3e-5 measured
+    # Initial conditions read back from the store are the drawn ones (to float32 storage).
+    x, v, params, param_names = load_initial_from_store(out, "val")
+    config = load_config(TINY)
+    drawn_params, drawn = build_system(config.system).draw_samples(
+        [sample_rng(sample_seed(config.dataset.seed, "val", i)) for i in range(2)]
+    )
+    np.testing.assert_array_equal(params, drawn_params.numpy())
+    np.testing.assert_allclose(x, drawn[:, :3].transpose(1, 2).numpy(), rtol=1e-7, atol=1e-7)
+    np.testing.assert_allclose(v, drawn[:, 3:].transpose(1, 2).numpy(), rtol=1e-7, atol=1e-7)
+    assert param_names == tuple(names)
 
 
 def test_train_then_simulate_with_every_controller(tmp_path: Path) -> None:
