@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from dynaforge.config import ConfigError, load_config
 
@@ -68,7 +69,43 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", required=True, help="root folder: ROOT/data, ROOT/run")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.set_defaults(handler=run_run)
+    add_nbody_parser(verbs)
     return parser
+
+
+def add_nbody_parser(verbs: argparse._SubParsersAction) -> None:
+    nbody = verbs.add_parser("nbody", help="N-body simulation and the learned step controller")
+    actions = nbody.add_subparsers(dest="action", required=True)
+    simulate = actions.add_parser(
+        "simulate", help="run N-body systems; write invariants.json, plots and an animation"
+    )
+    add_config_arguments(simulate)
+    simulate.add_argument("--out", required=True, help="output folder")
+    simulate.add_argument(
+        "--controller",
+        choices=("fixed", "adaptive", "learned"),
+        default=None,
+        help="step control (default: system.control.kind from the config)",
+    )
+    simulate.add_argument("--model", default=None, help="run folder of a trained controller (for learned)")
+    simulate.add_argument("--systems", type=int, default=1, help="systems drawn and stepped together")
+    simulate.add_argument(
+        "--animation",
+        choices=("auto", "gif", "mp4", "none"),
+        default="auto",
+        help="auto: MP4 when ffmpeg is on PATH, else GIF",
+    )
+    simulate.add_argument("--frames", type=int, default=120, help="animation frames")
+    simulate.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
+    simulate.set_defaults(handler=run_nbody_simulate)
+    train = actions.add_parser("train", help="train the learned step controller into a run folder")
+    add_config_arguments(train)
+    train.add_argument("--out", required=True, help="run folder (config.yaml, metrics.jsonl, checkpoints/)")
+    train.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from checkpoints/last.pt"
+    )
+    train.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
+    train.set_defaults(handler=run_nbody_train)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +129,58 @@ def run_generate(args: argparse.Namespace) -> int:
     done = sum(1 for s in manifest["shards"] if s["complete"])
     state = "complete" if manifest["complete"] else "partial (other workers' shards pending)"
     print(f"{args.out}: {done}/{len(manifest['shards'])} shards, {state}")
+    return 0
+
+
+def nbody_overrides(args: argparse.Namespace) -> list[str]:
+    overrides = list(args.overrides)
+    if getattr(args, "controller", None):
+        overrides.append(f"system.control.kind={args.controller}")
+    if getattr(args, "model", None):
+        overrides.append(f"system.control.model={args.model}")
+    return overrides
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run with `threads` torch threads (None: unchanged), restoring the previous count afterwards."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def run_nbody_simulate(args: argparse.Namespace) -> int:
+    from dynaforge.evaluate.nbody_report import simulate
+
+    config = load_config(args.config, nbody_overrides(args))
+    with torch_threads(args.threads):
+        summary = simulate(config, args.out, args.systems, args.animation, args.frames)
+    for i, system in enumerate(summary["systems"]):
+        drift = system["max_relative_drift"]
+        print(
+            f"system {i}: t={system['t_end']:.6g} steps={system['steps']} force evaluations={system['force_evaluations']} "
+            f"max |dE/E|={drift['energy']:.3g} |dP|={drift['momentum']:.3g} |dL|={drift['angular_momentum']:.3g}"
+        )
+    print(f"wrote {args.out}/invariants.json, plots and {summary.get('animation', 'no animation')}")
+    return 0
+
+
+def run_nbody_train(args: argparse.Namespace) -> int:
+    from dynaforge.train.nbody_controller import train_controller
+
+    config = load_config(args.config, args.overrides)
+    with torch_threads(args.threads):
+        metrics = train_controller(config, args.out, resume=args.resume)
+    if metrics:
+        print(f"{args.out}: validation loss {metrics['val_loss']:.4g}")
     return 0
 
 

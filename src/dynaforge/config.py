@@ -411,7 +411,157 @@ class RandomCNNConfig(SystemConfig):
             raise ConfigError(f"memory_budget_gb must be > 0, got {self.memory_budget_gb}")
 
 
-SYSTEM_CONFIGS: dict[str, type[SystemConfig]] = {
+
+# --------------------------------------------------------------------------------------------------
+# Gravitational N-body (its own system config: bodies instead of a grid)
+
+
+@dataclass
+class NBodyInitialConfig:
+    """Initial conditions of an N-body system, one family per config (`dynaforge.systems.nbody_initial`).
+
+    - `kepler`: two bodies on a Kepler orbit of semi-major axis a and eccentricity e in the xy plane, centre
+      of mass at rest at the origin, pericentre on the +x axis, starting at mean anomaly `mean_anomaly`
+      (0 = pericentre, pi = apocentre). Each mass is drawn from `mass`.
+    - `figure_eight`: the three-body figure-eight choreography (Chenciner & Montgomery 2000, initial
+      conditions of Simó), unit masses, period 6.32591398.
+    - `plummer`: a Plummer sphere sampled as in Aarseth, Hénon & Wielen (1974), equal masses.
+    - `cluster`: positions uniform in the unit ball, isotropic Gaussian velocities, masses from `mass`.
+    `plummer` and `cluster` are put in N-body units: total mass 1, centre of mass at rest at the origin,
+    positions scaled to virial radius 1 (W = -1/2 without softening), then velocities scaled so that
+    K = `virial_ratio` * |sum_i x_i . F_i| with the softened forces (0.5 = virial equilibrium, E ~ -1/4).
+    """
+
+    family: Literal["kepler", "figure_eight", "plummer", "cluster"] = "kepler"
+    """Which family (see the class docstring)."""
+    semi_major_axis: Range = field(default_factory=lambda: Range(1.0, 1.0))
+    """`kepler`: semi-major axis a of the relative orbit."""
+    eccentricity: Range = field(default_factory=lambda: Range(0.5, 0.5))
+    """`kepler`: eccentricity e, in [0, 1)."""
+    mean_anomaly: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    """`kepler`: orbital phase at t = 0 in radians (0 = pericentre)."""
+    mass: Range = field(default_factory=lambda: Range(0.5, 0.5))
+    """`kepler` and `cluster`: mass of each body (`cluster` then rescales the total to 1)."""
+    virial_ratio: float = 0.5
+    """`plummer` and `cluster`: K / |virial| after scaling (0.5 = equilibrium, < 0.5 collapses)."""
+
+    def __post_init__(self) -> None:
+        if self.semi_major_axis.low <= 0 or self.mass.low <= 0:
+            raise ConfigError("semi_major_axis and mass must be > 0")
+        if self.eccentricity.low < 0 or self.eccentricity.high >= 1:
+            raise ConfigError(
+                f"eccentricity must lie in [0, 1) (bound orbits), got [{self.eccentricity.low}, {self.eccentricity.high}]"
+            )
+        if self.virial_ratio < 0:
+            raise ConfigError(f"virial_ratio must be >= 0, got {self.virial_ratio}")
+
+
+@dataclass
+class StepControlConfig:
+    """How each system's step size is chosen (`dynaforge.systems.nbody_control`).
+
+    - `fixed`: h = `system.dt`.
+    - `adaptive` (classical): h = eta * min_i tau_i, tau_i = min(min_j s_ij / |v_j - v_i|, sqrt(min_j s_ij / |a_i|)),
+      with s_ij = sqrt(|x_j - x_i|^2 + eps^2): the shortest fly-by time and free-fall time over bodies.
+    - `learned`: h from a trained controller (`model`, a run folder of `dynaforge nbody train`) times `scale`.
+    With `reversible`, the steps follow the explicit time-symmetric recursion
+    1/dt_(n+1/2) + 1/dt_(n-1/2) = 2/h(y_n) (Hairer, Lubich & Wanner, Geometric Numerical Integration,
+    VIII.3): the run is time-reversible, so the energy error stays bounded instead of drifting, at no extra
+    force evaluation. Without it, dt_n = h(y_n) (cheaper to reason about, drifts).
+    """
+
+    kind: Literal["fixed", "adaptive", "learned"] = "fixed"
+    """Which controller (see the class docstring)."""
+    eta: float = 0.02
+    """`adaptive`: accuracy factor of the classical criterion."""
+    model: str | None = None
+    """`learned`: run folder (or checkpoint file) of a trained controller."""
+    scale: float = 1.0
+    """`learned`: multiplies the predicted step (the accuracy knob of a trained controller)."""
+    reversible: bool = True
+    """Choose steps with the time-symmetric recursion (adaptive and learned)."""
+    dt_max: float | None = None
+    """Largest step allowed (null: no cap)."""
+    max_steps: int = 10_000_000
+    """Stop a run after this many steps per system (a guard against a collapsing step)."""
+
+    def __post_init__(self) -> None:
+        if self.eta <= 0 or self.scale <= 0:
+            raise ConfigError(f"eta and scale must be > 0, got {self.eta} and {self.scale}")
+        if self.dt_max is not None and self.dt_max <= 0:
+            raise ConfigError(f"dt_max must be > 0 or null, got {self.dt_max}")
+        if self.max_steps < 1:
+            raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
+
+
+@dataclass
+class NBodyConfig:
+    """Gravitational N-body systems (`dynaforge.systems.nbody`: G = 1, Plummer softening, float64).
+
+    Trajectories last `steps * dt` time units and keep a frame every `save_every * dt`; with `fixed`
+    control dt is the step, otherwise only the frame spacing (the controller picks the steps).
+    """
+
+    name: str = "nbody"
+    """The system name (`nbody`)."""
+    bodies: int = 2
+    """Bodies per system (`kepler` needs 2, `figure_eight` 3)."""
+    integrator: Literal["leapfrog", "yoshida4"] = "leapfrog"
+    """Kick-drift-kick leapfrog (2nd order) or Yoshida's 4th-order composition (3 forces per step)."""
+    dt: float = 0.01
+    """Fixed step, and the unit of the frame spacing and trajectory length."""
+    steps: int = 1000
+    """Trajectory length in units of dt."""
+    save_every: int = 10
+    """Keep a frame every `save_every * dt` time units (the initial frame is always kept)."""
+    dtype: Literal["float32", "float64"] = "float64"
+    """Precision of the state (the store always holds float32)."""
+    softening: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    """Plummer softening length eps (per system)."""
+    external_mass: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    """Mass of the external point perturber (0 = none)."""
+    external_position: list[float] = field(default_factory=lambda: [20.0, 0.0, 0.0])
+    """Fixed position of the external perturber."""
+    initial: NBodyInitialConfig = field(default_factory=NBodyInitialConfig)
+    """Initial-condition family."""
+    control: StepControlConfig = field(default_factory=StepControlConfig)
+    """Step-size control."""
+
+    def __post_init__(self) -> None:
+        if self.bodies < 2:
+            raise ConfigError(f"bodies must be >= 2, got {self.bodies}")
+        needed = {"kepler": 2, "figure_eight": 3}.get(self.initial.family)
+        if needed is not None and self.bodies != needed:
+            raise ConfigError(
+                f"initial.family={self.initial.family} has {needed} bodies; set bodies={needed}"
+            )
+        if self.dt <= 0:
+            raise ConfigError(f"dt must be > 0, got {self.dt}")
+        if self.steps < 1 or self.save_every < 1 or self.steps % self.save_every:
+            raise ConfigError(
+                f"steps ({self.steps}) must be a positive multiple of save_every ({self.save_every})"
+            )
+        if self.softening.low < 0 or self.external_mass.low < 0:
+            raise ConfigError("softening and external_mass must be >= 0")
+        if len(self.external_position) != 3:
+            raise ConfigError(f"external_position needs 3 numbers (x, y, z), got {self.external_position}")
+
+    @property
+    def n_frames(self) -> int:
+        """Frames stored per trajectory, the initial one included."""
+        return self.steps // self.save_every + 1
+
+    def parameter_names(self) -> tuple[str, ...]:
+        """Per-system parameter columns in storage order (see `dynaforge.systems.nbody.NBody`)."""
+        names = [f"mass_{i}" for i in range(self.bodies)]
+        names += ["softening", "external_mass", "external_x", "external_y", "external_z"]
+        if self.initial.family == "kepler":
+            names += ["semi_major_axis", "eccentricity"]
+        return tuple(names)
+
+
+# The PDE systems share SystemConfig; the N-body system has bodies instead of a grid (NBodyConfig).
+SYSTEM_CONFIGS: dict[str, type[SystemConfig] | type[NBodyConfig]] = {
     "heat": HeatConfig,
     "advection": AdvectionConfig,
     "burgers": BurgersConfig,
@@ -420,6 +570,7 @@ SYSTEM_CONFIGS: dict[str, type[SystemConfig]] = {
     "gray_scott": GrayScottConfig,
     "ks2d": KS2DConfig,
     "random_cnn": RandomCNNConfig,
+    "nbody": NBodyConfig,
 }
 
 
@@ -615,6 +766,136 @@ class EvaluateConfig:
 
 
 # --------------------------------------------------------------------------------------------------
+# The learned N-body step controller
+
+
+@dataclass
+class ControllerNetConfig:
+    """The controller network (`dynaforge.models.dt_predictor`): features in, log step out."""
+
+    hidden: int = 64
+    """Width of the hidden layers."""
+    layers: int = 2
+    """Hidden layers of the MLP (beside its linear skip path)."""
+    history: int = 0
+    """Also read the features of the last K states (zero-padded at the start); 0 = none. History makes the
+    step depend on the past, which breaks the time symmetry of the reversible step recursion."""
+
+    def __post_init__(self) -> None:
+        if self.hidden < 1 or self.layers < 0 or self.history < 0:
+            raise ConfigError("hidden must be >= 1, layers and history >= 0")
+
+
+@dataclass
+class ControllerSystemsConfig:
+    """The systems a controller trains on; episodes start from states along their orbits.
+
+    Kepler orbits start at eccentric anomalies drawn uniformly; clusters are integrated for
+    `reference_time` with the classical criterion (eta = `reference_eta`) and states are drawn from that run.
+    """
+
+    kepler: int = 48
+    """Two-body Kepler systems (a = 1, total mass 1)."""
+    eccentricity: Range = field(default_factory=lambda: Range(0.0, 0.8))
+    """Eccentricities of the Kepler systems."""
+    mass_ratio: Range = field(default_factory=lambda: Range(0.2, 1.0))
+    """m2 / m1 of the Kepler systems."""
+    clusters: int = 8
+    """Clusters (`cluster` family, N-body units) per entry of `cluster_bodies`."""
+    cluster_bodies: list[int] = field(default_factory=lambda: [4, 8])
+    """Body counts of the clusters (one group of episodes per count)."""
+    softening: Range = field(default_factory=lambda: Range(0.01, 0.05))
+    """Softening of the clusters (the Kepler systems have none)."""
+    snapshots: int = 16
+    """Episode start states per system."""
+    reference_time: float = 6.0
+    """Length of the clusters' reference runs (N-body time units; a crossing time is 2.83)."""
+    reference_eta: float = 0.005
+    """Classical-criterion accuracy of the reference runs."""
+
+    def __post_init__(self) -> None:
+        if self.kepler < 0 or self.clusters < 0 or self.snapshots < 1:
+            raise ConfigError("kepler and clusters must be >= 0 and snapshots >= 1")
+        if self.kepler == 0 and (self.clusters == 0 or not self.cluster_bodies):
+            raise ConfigError("no training systems: set kepler > 0 or clusters > 0 with cluster_bodies")
+        if any(n < 2 for n in self.cluster_bodies):
+            raise ConfigError(f"cluster_bodies must all be >= 2, got {self.cluster_bodies}")
+        if self.eccentricity.low < 0 or self.eccentricity.high >= 1 or self.mass_ratio.low <= 0:
+            raise ConfigError("eccentricity must lie in [0, 1) and mass_ratio be > 0")
+
+
+@dataclass
+class TimestepperConfig:
+    """Training of the learned step controller (`dynaforge nbody train`).
+
+    Training runs `batch` systems of one group (Kepler, or clusters of one size) continuously, with the
+    controller choosing the steps (reversible recursion, `system.integrator`). Each optimiser step
+    integrates one window of `window` steps and back-propagates through it (truncated back-propagation
+    through time: the state entering a window is detached). After `episode` windows the systems restart
+    from fresh start states. At every step n the relative energy error e_n = |E_n - E_0| / |E_0| is
+    measured from the episode's start, as the benchmark measures it, and the loss of a window is
+        penalty * mean_n relu(log(e_n / band_high))^2            (upper edge: too inaccurate at a step)
+      + penalty * relu(log(band_low / max_n e_n))^2              (lower edge: too accurate in the window)
+      + shape * (log(max_n e_n) / 2 - mean_n log(h_n / T0))      (scale-free cost of the step shape)
+      - reward * mean_n log(h_n / T0)                            (extra push to larger steps)
+    The lower edge acts on a window's largest error because e_n is near zero at an episode's start,
+    whatever the step. The shape cost rewards larger steps at a given error: leapfrog's error scales as
+    h^2, so reaching a target error would take steps scaled by sqrt(target / max error); the cost does
+    not change when every step is scaled by the same factor, so it judges how h(y) varies between
+    states (where to spend steps), while the band edges set its overall level. (max_n is a soft maximum,
+    logsumexp with sharpness 8, so the cost stays smooth.)
+    """
+
+    model: ControllerNetConfig = field(default_factory=ControllerNetConfig)
+    """The network."""
+    systems: ControllerSystemsConfig = field(default_factory=ControllerSystemsConfig)
+    """The training systems."""
+    steps: int = 300
+    """Adam steps."""
+    lr: float = 3e-3
+    """Adam learning rate (constant)."""
+    batch: int = 32
+    """Windows per optimiser step."""
+    window: int = 32
+    """Integrator steps per optimiser step (differentiated through)."""
+    episode: int = 16
+    """Windows before the systems restart from fresh start states."""
+    band_low: float = 1e-6
+    """Lower edge of the target band of per-step relative energy error."""
+    band_high: float = 1e-5
+    """Upper edge of the target band."""
+    reward: float = 0.0
+    """Weight of the extra larger-step reward."""
+    shape: float = 1.0
+    """Weight of the scale-free shape cost (which holds the main larger-step reward)."""
+    penalty: float = 1.0
+    """Weight of the band penalties."""
+    grad_clip: float = 1.0
+    """Clip the gradient norm (the norm is logged anyway)."""
+    lbfgs_steps: int = 0
+    """L-BFGS iterations after Adam, on the fixed validation episodes (0 = none)."""
+    seed: int = 0
+    """Seeds the training systems, episode draws and the network's initial weights."""
+    log_every: int = 10
+    """Append a line to metrics.jsonl every this many steps."""
+    eval_every: int = 50
+    """Evaluate on fixed validation episodes (and update best.pt) every this many steps."""
+    checkpoint_every: int = 50
+    """Write checkpoints/last.pt every this many steps."""
+    device: str = "cpu"
+    """Where training runs."""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch", "window", "episode", "log_every", "eval_every", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.band_low < self.band_high:
+            raise ConfigError(f"need 0 < band_low < band_high, got {self.band_low} and {self.band_high}")
+        if self.lr <= 0 or min(self.reward, self.penalty, self.shape, self.lbfgs_steps) < 0:
+            raise ConfigError("lr must be > 0; reward, penalty, shape and lbfgs_steps >= 0")
+
+
+# --------------------------------------------------------------------------------------------------
 # The whole configuration
 
 
@@ -622,7 +903,7 @@ class EvaluateConfig:
 class Config:
     """Everything one run needs; each section belongs to one stage of the pipeline."""
 
-    system: SystemConfig = field(default_factory=BurgersConfig)
+    system: SystemConfig | NBodyConfig = field(default_factory=BurgersConfig)
     """The ground-truth simulator and its parameter ranges."""
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     """Sizes, sharding and seeds of the generated dataset."""
@@ -634,6 +915,8 @@ class Config:
     """The training loop."""
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     """Rollouts, metrics and the report on the test split."""
+    timestepper: TimestepperConfig = field(default_factory=TimestepperConfig)
+    """The learned N-body step controller and its training."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -775,7 +1058,7 @@ def _expand_range_shorthand(cls: type, data: Any) -> Any:
     return result
 
 
-def _system_class(data: Mapping[str, Any], path: str) -> type[SystemConfig]:
+def _system_class(data: Mapping[str, Any], path: str) -> type[SystemConfig] | type[NBodyConfig]:
     name = data.get("name", "burgers")
     if name not in SYSTEM_CONFIGS:
         valid = ", ".join(sorted(SYSTEM_CONFIGS))
@@ -798,6 +1081,8 @@ def _convert(hint: Any, value: Any, path: str, default: Any = None) -> Any:
         if value is None and type(None) in args:
             return None
         options = [a for a in args if a is not type(None)]
+        if SystemConfig in options:  # the system section picks its dataclass by `name` (see _build)
+            return _build(SystemConfig, value, path)
         errors = []
         for option in options:
             try:

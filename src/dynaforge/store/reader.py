@@ -81,7 +81,7 @@ class DatasetFolder:
             with h5py.File(path, "r") as h5:
                 for key in parts:
                     parts[key].append(h5[key][...])
-                for axis in AXIS_NAMES:
+                for axis in [str(a) for a in h5.attrs.get("axis_names", AXIS_NAMES)]:
                     if axis in h5:
                         coords.setdefault(axis, []).append(h5[axis][...])
                 time = h5["time"][...]

@@ -114,7 +114,8 @@ def check_shard(
             raise ValueError("seeds or time has the wrong length")
         if not np.array_equal(h5["index"][...], np.arange(record["start"], record["stop"])):
             raise ValueError("index does not match the shard's range")
-        for axis, n_points in zip(AXIS_NAMES, shape["space"], strict=False):
+        axes = [str(a) for a in h5.attrs.get("axis_names", AXIS_NAMES)]
+        for axis, n_points in zip(axes, shape["space"], strict=False):
             if axis not in h5 or h5[axis].shape != (n, n_points):
                 raise KeyError(f"coordinate {axis!r} missing or of the wrong shape")
         for i, name in enumerate(names):

@@ -43,9 +43,7 @@ from dynaforge.store.format import (
     sample_seed,
 )
 from dynaforge.store.stats import ChannelMoments
-from dynaforge.systems import build_system
-from dynaforge.systems.random_cnn import RandomCNNSystem
-from dynaforge.systems.spectral import SpectralSystem
+from dynaforge.systems import System, build_system
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +181,7 @@ def write_shard(
     root: Path,
     shard: ShardSpec,
     config: Config,
-    system: SpectralSystem | RandomCNNSystem,
+    system: System,
     device: torch.device,
     on_steps: Callable[[int], Any] | None = None,
 ) -> dict[str, Any]:
@@ -264,11 +262,7 @@ def write_extras(h5: h5py.File, extras: dict[str, np.ndarray], lo: int, hi: int,
 
 
 def write_shard_metadata(
-    h5: h5py.File,
-    shard: ShardSpec,
-    config: Config,
-    system: SpectralSystem | RandomCNNSystem,
-    seeds: np.ndarray,
+    h5: h5py.File, shard: ShardSpec, config: Config, system: System, seeds: np.ndarray
 ) -> None:
     h5.attrs["format_version"] = FORMAT_VERSION
     h5.attrs["dynaforge_version"] = dynaforge.__version__
@@ -278,22 +272,48 @@ def write_shard_metadata(
     h5.attrs["stop"] = shard.stop
     h5.attrs["config"] = config_to_yaml(config)
     h5.attrs["dt"] = config.system.dt * config.system.save_every
-    h5.attrs["channel_names"] = [f"u{c}" if system.channels > 1 else "u" for c in range(system.channels)]
-    h5.attrs["axis_names"] = list(AXIS_NAMES[: system.ndim])
+    h5.attrs["channel_names"] = list(channel_names(system))
+    h5.attrs["axis_names"] = list(axis_names(system))
     h5.create_dataset("seeds", data=seeds)
     h5.create_dataset("index", data=np.arange(shard.start, shard.stop, dtype=np.int64))
     h5.create_dataset("param_names", data=np.asarray(system.parameter_names, dtype=h5py.string_dtype()))
 
 
-def write_coordinates(h5: h5py.File, system: SpectralSystem | RandomCNNSystem, params: np.ndarray) -> None:
-    """Grid coordinates per sample and axis, `x`, `y`, ...: (N, n), x_j = j L / n (L per sample)."""
+def write_coordinates(h5: h5py.File, system: System, params: np.ndarray) -> None:
+    """Coordinates per sample and axis, (N, n) under the axis's name: the system's own `coordinates(params)`
+    when it has one (the N-body system's body index), else the grid x_j = j L / n (L per sample)."""
+    for name, values in coordinates_of(system, params).items():
+        h5.create_dataset(name, data=values)
+
+
+def coordinates_of(system: System, params: np.ndarray) -> dict[str, np.ndarray]:
+    own = getattr(system, "coordinates", None)
+    if own is not None:
+        return own(params)
     lengths = params[:, list(system.parameter_names).index("domain_length")]
-    for axis, n in enumerate(system.shape):
-        h5.create_dataset(AXIS_NAMES[axis], data=lengths[:, None] * (np.arange(n) / n)[None, :])
+    return {
+        AXIS_NAMES[axis]: lengths[:, None] * (np.arange(n) / n)[None, :]
+        for axis, n in enumerate(system.shape)
+    }
+
+
+def channel_names(system: System) -> tuple[str, ...]:
+    """The system's `channel_names` if it names them, else u (one channel) or u0, u1, ..."""
+    own = getattr(system, "channel_names", None)
+    if own is not None:
+        return tuple(own)
+    return tuple(f"u{c}" if system.channels > 1 else "u" for c in range(system.channels))
+
+
+def axis_names(system: System) -> tuple[str, ...]:
+    """The system's `axis_names` if it names them, else x, y, z for its spatial axes."""
+    own = getattr(system, "axis_names", None)
+    return tuple(own) if own is not None else tuple(AXIS_NAMES[: system.ndim])
 
 
 def update_manifest(root: Path, config: Config) -> dict[str, Any]:
     """Rebuild manifest.json from the completion records (under a file lock, written atomically)."""
+    system = build_system(config.system)
     with _locked(root / ".manifest.lock"):
         shards = plan_shards(config.dataset.split_sizes(), config.dataset.shard_size)
         records = {}
@@ -316,8 +336,8 @@ def update_manifest(root: Path, config: Config) -> dict[str, Any]:
             },
             "shape": {
                 "frames": config.system.n_frames,
-                "space": [config.system.resolution] * getattr(config.system, "ndim", 1),
-                "channels": build_system(config.system).channels,
+                "space": list(system.shape),
+                "channels": system.channels,
             },
             "complete": complete,
             "shards": [

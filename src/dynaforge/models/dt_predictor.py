@@ -1,0 +1,106 @@
+"""The learned N-body step controller: permutation-invariant system features in, a positive step out.
+
+The network predicts log(h / T0), h the step and T0 the system's initial time scale, as a linear (power
+law) path plus an MLP correction; the step exp(.) is positive by construction. A soft clamp keeps
+log(h / T0) within +-`LOG_STEP_LIMIT` so exp never overflows (it is the identity well inside that range). The linear path starts as the classical
+criterion h = eta0 * tau (weight 1 on the classical time scale feature, bias log eta0) and the MLP's last
+layer starts at zero, so an untrained controller behaves like `adaptive` control with eta = eta0.
+Features are computed by `dynaforge.systems.nbody_control.controller_features`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+LOG_STEP_LIMIT = 30.0
+INITIAL_ETA = 0.02
+
+
+class StepControllerInput(NamedTuple):
+    features: Float[Tensor, "batch features"]
+    history: Float[Tensor, "batch k features"] | None = None
+    """Features of the last K states, most recent first, zeros before the start of the run."""
+
+
+class StepControllerOutput(NamedTuple):
+    log_step: Float[Tensor, " batch"]
+    """log(h / T0)."""
+
+
+class StepControllerNet(nn.Module):
+    """MLP with a linear skip path reading features (and optionally their history); see the module doc."""
+
+    def __init__(
+        self,
+        features: int,
+        hidden: int = 64,
+        layers: int = 2,
+        history: int = 0,
+        classical_feature: int = 0,
+        dtype: torch.dtype = torch.float64,
+    ) -> None:
+        super().__init__()
+        self.config = {
+            "features": features,
+            "hidden": hidden,
+            "layers": layers,
+            "history": history,
+            "classical_feature": classical_feature,
+        }
+        inputs = features * (1 + history)
+        self.linear = nn.Linear(inputs, 1, dtype=dtype)
+        blocks: list[nn.Module] = []
+        width = inputs
+        for _ in range(layers):
+            blocks += [nn.Linear(width, hidden, dtype=dtype), nn.SiLU()]
+            width = hidden
+        last = nn.Linear(width, 1, dtype=dtype)
+        blocks.append(last)
+        self.mlp = nn.Sequential(*blocks)
+        with torch.no_grad():
+            # Start from the classical criterion (see the module docstring); deliberate in-place init.
+            self.linear.weight.zero_()
+            self.linear.weight[0, classical_feature] = 1.0
+            self.linear.bias.fill_(math.log(INITIAL_ETA))
+            last.weight.zero_()
+            last.bias.zero_()
+
+    @property
+    def history(self) -> int:
+        return int(self.config["history"])
+
+    def forward(self, inputs: StepControllerInput) -> StepControllerOutput:
+        x = inputs.features
+        if self.history:
+            if inputs.history is None:
+                raise ValueError(
+                    f"this controller reads a history of {self.history} states; pass history (batch, {self.history}, features)"
+                )
+            x = torch.cat([x, inputs.history.flatten(1)], dim=1)
+        raw = (self.linear(x) + self.mlp(x)).squeeze(-1)
+        return StepControllerOutput(soft_clamp(raw, LOG_STEP_LIMIT))
+
+
+def soft_clamp(x: Tensor, limit: float) -> Tensor:
+    """x inside (-limit, limit) (identity to ~exp(-limit / 2) for |x| < limit / 2), smooth, with gradient."""
+    softplus = torch.nn.functional.softplus
+    return x - softplus(x - limit) + softplus(-limit - x)
+
+
+def build_step_controller_net(
+    config: dict[str, Any], dtype: torch.dtype = torch.float64
+) -> StepControllerNet:
+    """Rebuild a network from the `config` dict stored in its checkpoint."""
+    return StepControllerNet(
+        features=int(config["features"]),
+        hidden=int(config["hidden"]),
+        layers=int(config["layers"]),
+        history=int(config["history"]),
+        classical_feature=int(config["classical_feature"]),
+        dtype=dtype,
+    )

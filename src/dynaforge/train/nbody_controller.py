@@ -1,0 +1,609 @@
+"""Train the learned N-body step controller by differentiating through the integrator.
+
+A small self-contained loop (Adam, then optional L-BFGS) in the order the general trainer engine will use:
+take the next window of a stream of systems, forward (integrate with the controller choosing the steps),
+loss, backward, clip, step, log, evaluate, checkpoint. The pieces the engine needs are separate functions:
+`build_training_systems` (the data), `window_loss` (forward + loss, `TimestepperConfig` documents it),
+`detach_run` (the truncation point), `save_checkpoint` / `load_checkpoint`, and `Trainer.payload` /
+`Trainer.restore` (what a checkpoint holds).
+
+Run folder (`--out RUN`):
+    config.yaml               the full resolved config
+    metrics.jsonl             one JSON object per logged step (and per evaluation, with "val_" keys)
+    checkpoints/last.pt       model, optimiser, step, phase, RNG state, best validation loss, model config,
+                              feature names, full config, the training systems (initial conditions and
+                              episode start states) and the systems in flight, so a resume is exact
+    checkpoints/best.pt       the same at the best validation loss so far
+Checkpoints are written atomically and load with torch.load(..., weights_only=True).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dynaforge.atomic import atomic_path, atomic_write_text
+from dynaforge.config import (
+    Config,
+    ConfigError,
+    ControllerSystemsConfig,
+    config_differences,
+    config_to_dict,
+    resolve_device,
+    save_config,
+)
+from dynaforge.models.dt_predictor import StepControllerNet, build_step_controller_net
+from dynaforge.systems.nbody import BodyParams, BodyState, make_params
+from dynaforge.systems.nbody_control import (
+    CLASSICAL_FEATURE,
+    FEATURE_NAMES,
+    ClassicalStep,
+    Integrator,
+    LearnedStep,
+    RunState,
+)
+from dynaforge.systems.nbody_initial import kepler_relative_state, random_cluster
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = 1
+SOFT_MAX_SHARPNESS = 8.0
+RESUMABLE_KEYS = (
+    "timestepper.steps",
+    "timestepper.lbfgs_steps",
+    "timestepper.log_every",
+    "timestepper.eval_every",
+    "timestepper.checkpoint_every",
+    "timestepper.device",
+)
+"""Config keys a resumed run may change (the rest must match the checkpoint's config)."""
+
+
+class RunPaths(NamedTuple):
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def last(self) -> Path:
+        return self.root / "checkpoints" / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.root / "checkpoints" / "best.pt"
+
+
+# --------------------------------------------------------------------------------------------------
+# Training systems: initial conditions and window start states
+
+
+def build_training_systems(
+    config: ControllerSystemsConfig, seed: int, dtype: torch.dtype = torch.float64
+) -> dict[str, Tensor]:
+    """Episode start states, grouped by body count, as a flat dict of tensors (stored in checkpoints).
+
+    Keys per group g (`kepler`, `cluster4`, ...): `g/positions` (S, N, 3), `g/velocities`, `g/masses`
+    (S, N), `g/softening` (S,), and the systems' initial conditions `g/initial_positions` (P, N, 3),
+    `g/initial_velocities`, `g/initial_masses`.
+    """
+    rng = np.random.default_rng(seed)
+    systems: dict[str, Tensor] = {}
+    if config.kepler:
+        systems |= kepler_group(config, rng, dtype)
+    for bodies in config.cluster_bodies if config.clusters else []:
+        systems |= cluster_group(config, bodies, rng, dtype)
+    return systems
+
+
+def group_names(systems: dict[str, Tensor]) -> list[str]:
+    return sorted({key.split("/")[0] for key in systems})
+
+
+def kepler_group(
+    config: ControllerSystemsConfig, rng: np.random.Generator, dtype: torch.dtype
+) -> dict[str, Tensor]:
+    """Kepler orbits (a = 1, m1 + m2 = 1), `snapshots` states each at uniformly drawn eccentric anomalies."""
+    count, snaps = config.kepler, config.snapshots
+    e = rng.uniform(config.eccentricity.low, config.eccentricity.high, size=count)
+    q = rng.uniform(config.mass_ratio.low, config.mass_ratio.high, size=count)
+    m1, m2 = 1.0 / (1.0 + q), q / (1.0 + q)
+    anomalies = rng.uniform(0.0, 2.0 * math.pi, size=(count, snaps))
+    positions, velocities, masses = [], [], []
+    initial_x, initial_v = [], []
+    for k in range(count):
+        rel_x, rel_v = kepler_relative_state(1.0, e[k], 1.0, anomalies[k])  # (snaps, 3)
+        pair_x = np.stack([-m2[k] * rel_x, m1[k] * rel_x], axis=1)
+        pair_v = np.stack([-m2[k] * rel_v, m1[k] * rel_v], axis=1)
+        positions.append(pair_x)
+        velocities.append(pair_v)
+        masses.append(np.tile([m1[k], m2[k]], (snaps, 1)))
+        initial_x.append(pair_x[0])
+        initial_v.append(pair_v[0])
+    return {
+        "kepler/positions": torch.as_tensor(np.concatenate(positions), dtype=dtype),
+        "kepler/velocities": torch.as_tensor(np.concatenate(velocities), dtype=dtype),
+        "kepler/masses": torch.as_tensor(np.concatenate(masses), dtype=dtype),
+        "kepler/softening": torch.zeros(count * snaps, dtype=dtype),
+        "kepler/initial_positions": torch.as_tensor(np.stack(initial_x), dtype=dtype),
+        "kepler/initial_velocities": torch.as_tensor(np.stack(initial_v), dtype=dtype),
+        "kepler/initial_masses": torch.as_tensor(np.stack([m1, m2], axis=1), dtype=dtype),
+        "kepler/eccentricity": torch.as_tensor(e, dtype=dtype),
+    }
+
+
+def cluster_group(
+    config: ControllerSystemsConfig, bodies: int, rng: np.random.Generator, dtype: torch.dtype
+) -> dict[str, Tensor]:
+    """Random virialised clusters integrated for `reference_time` with the classical criterion; window
+    starts are states drawn uniformly over the reference run's steps (so close encounters, where steps
+    are short, are drawn often)."""
+    count = config.clusters
+    softening = rng.uniform(config.softening.low, config.softening.high, size=count)
+    drawn = [random_cluster(bodies, rng, 0.5, 1.5, 0.5, float(eps)) for eps in softening]
+    x0 = torch.as_tensor(np.stack([b.positions for b in drawn]), dtype=dtype)
+    v0 = torch.as_tensor(np.stack([b.velocities for b in drawn]), dtype=dtype)
+    m = torch.as_tensor(np.stack([b.masses for b in drawn]), dtype=dtype)
+    eps = torch.as_tensor(softening, dtype=dtype)
+    params = make_params(m, eps)
+    states: list[BodyState] = []
+    integrator = Integrator(params, ClassicalStep(config.reference_eta), "leapfrog", reversible=True)
+    with torch.inference_mode():
+        run = integrator.start(BodyState(x0, v0))
+        run = integrator.advance(
+            run, config.reference_time, max_steps=200_000, on_step=lambda r, _: states.append(r.state)
+        )
+    x = torch.stack([s.positions for s in states], dim=1)  # (count, steps, N, 3)
+    v = torch.stack([s.velocities for s in states], dim=1)
+    picks = rng.integers(0, x.shape[1], size=(count, config.snapshots))
+    index = torch.as_tensor(picks, dtype=torch.int64)
+    rows = torch.arange(count).unsqueeze(1).expand_as(index)
+    name = f"cluster{bodies}"
+    snaps = config.snapshots
+    return {
+        f"{name}/positions": x[rows, index].reshape(count * snaps, bodies, 3).clone(),
+        f"{name}/velocities": v[rows, index].reshape(count * snaps, bodies, 3).clone(),
+        f"{name}/masses": m.repeat_interleave(snaps, dim=0),
+        f"{name}/softening": eps.repeat_interleave(snaps, dim=0),
+        f"{name}/initial_positions": x0,
+        f"{name}/initial_velocities": v0,
+        f"{name}/initial_masses": m,
+    }
+
+
+def window_starts(systems: dict[str, Tensor], group: str, index: Tensor) -> tuple[BodyState, BodyParams]:
+    state = BodyState(systems[f"{group}/positions"][index], systems[f"{group}/velocities"][index])
+    return state, make_params(systems[f"{group}/masses"][index], systems[f"{group}/softening"][index])
+
+
+# --------------------------------------------------------------------------------------------------
+# The loss
+
+
+class WindowLoss(NamedTuple):
+    loss: Tensor
+    penalty_high: Tensor
+    penalty_low: Tensor
+    shape_cost: Tensor
+    mean_log_step: Tensor
+    fraction_above: Tensor
+    max_error: Tensor
+
+
+def window_loss(
+    integrator: Integrator,
+    run: RunState,
+    window: int,
+    band: tuple[float, float],
+    reward: float,
+    penalty: float,
+    shape: float = 1.0,
+) -> tuple[RunState, WindowLoss]:
+    """Integrate `window` steps from `run` with the integrator's (learned) controller; the loss of
+    `TimestepperConfig` (documented there), errors measured from the run's start."""
+    low, high = band
+    errors, log_steps = [], []
+    for _ in range(window):
+        run, info = integrator.step(run)
+        errors.append(info.energy_error)
+        log_steps.append(torch.log(info.dt / run.context.scales.time))
+    error = torch.stack(errors, dim=1).clamp_min(1e-300)  # (B, window); the floor keeps log finite
+    log_step = torch.stack(log_steps, dim=1)
+    above = torch.relu(torch.log(error / high))
+    below = torch.relu(torch.log(low / error.amax(1)))
+    penalty_high = (above**2).mean()
+    penalty_low = (below**2).mean()
+    mean_log_step = log_step.mean()
+    # Scale-free cost (see TimestepperConfig): unchanged when every step is scaled by one factor.
+    soft_max = torch.logsumexp(SOFT_MAX_SHARPNESS * torch.log(error), dim=1) / SOFT_MAX_SHARPNESS
+    shape_cost = (0.5 * soft_max).mean() - mean_log_step
+    loss = penalty * (penalty_high + penalty_low) - reward * mean_log_step + shape * shape_cost
+    result = WindowLoss(
+        loss,
+        penalty_high.detach(),
+        penalty_low.detach(),
+        shape_cost.detach(),
+        mean_log_step.detach(),
+        (error > high).to(error.dtype).mean(),
+        error.amax().detach(),
+    )
+    return run, result
+
+
+def detach_run(run: RunState) -> RunState:
+    """The same run state, cut from the autograd graph (the boundary of truncated back-propagation)."""
+    return _map_tensors(run, lambda t: t.detach())
+
+
+def _map_tensors(value: Any, fn: Any) -> Any:
+    if isinstance(value, Tensor):
+        return fn(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_map_tensors(v, fn) for v in value))
+    return value
+
+
+def flatten_tensors(value: Any, prefix: str, out: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Every tensor of nested NamedTuples under dotted keys (for checkpoints)."""
+    if isinstance(value, Tensor):
+        out[prefix] = value.detach().cpu()
+    elif isinstance(value, tuple) and hasattr(value, "_fields"):
+        for name, item in zip(value._fields, value):
+            flatten_tensors(item, f"{prefix}.{name}", out)
+    return out
+
+
+def restore_tensors(template: Any, prefix: str, flat: dict[str, Tensor], device: str) -> Any:
+    """`template` with each tensor replaced by `flat`'s tensor of the same dotted key."""
+    if isinstance(template, Tensor):
+        return flat[prefix].to(device)
+    if isinstance(template, tuple) and hasattr(template, "_fields"):
+        return type(template)(
+            *(restore_tensors(v, f"{prefix}.{n}", flat, device) for n, v in zip(template._fields, template))
+        )
+    return template
+
+
+# --------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Write a checkpoint atomically (a reader sees the old file or the new one, never a partial one)."""
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def load_checkpoint(path: Path, device: str = "cpu") -> dict[str, Any]:
+    checkpoint = torch.load(path, map_location=device, weights_only=True)
+    if checkpoint.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(
+            f"{path} is not a dynaforge controller checkpoint (format {checkpoint.get('format')})"
+        )
+    return checkpoint
+
+
+def new_net(config: Config, device: str) -> StepControllerNet:
+    model = config.timestepper.model
+    with torch.random.fork_rng(devices=[]):  # seeded initial weights without touching the global RNG
+        torch.manual_seed(config.timestepper.seed)
+        net = StepControllerNet(
+            features=len(FEATURE_NAMES),
+            hidden=model.hidden,
+            layers=model.layers,
+            history=model.history,
+            classical_feature=CLASSICAL_FEATURE,
+        )
+    return net.to(device)
+
+
+# --------------------------------------------------------------------------------------------------
+# The loop
+
+
+class Stream(NamedTuple):
+    """A batch of systems of one group being integrated across optimiser steps."""
+
+    params: BodyParams
+    run: RunState
+    windows: int
+    """Windows done since the episode started."""
+
+
+class Trainer:
+    """Holds the objects of one controller training run; `run` is the loop."""
+
+    def __init__(self, config: Config, out: str | Path, resume: bool = False) -> None:
+        self.config = config
+        self.t = config.timestepper
+        self.paths = RunPaths(Path(out))
+        self.device = resolve_device(self.t.device)
+        self.scheme = config.system.integrator if config.system.name == "nbody" else "leapfrog"
+        self.generator = torch.Generator(device="cpu")
+        self.generator.manual_seed(self.t.seed)
+        self.step = 0
+        self.phase = "adam"
+        self.best = math.inf
+        self.streams: dict[str, Stream] = {}
+        if self.paths.last.exists() and resume:
+            self.restore(load_checkpoint(self.paths.last, self.device))
+        elif self.paths.last.exists():
+            raise ConfigError(
+                f"{self.paths.root} already holds a training run; pass --resume to continue it or choose another --out"
+            )
+        else:
+            if resume:
+                log.info("no checkpoint in %s: starting a new run", self.paths.root)
+            self.systems = {
+                k: v.to(self.device) for k, v in build_training_systems(self.t.systems, self.t.seed).items()
+            }
+            self.net = new_net(config, self.device)
+            self.optimizer = self.adam()
+            self.paths.root.mkdir(parents=True, exist_ok=True)
+            save_config(config, self.paths.config)
+            atomic_write_text(self.paths.metrics, "")
+        self.groups = group_names(self.systems)
+
+    # ---- objects ---------------------------------------------------------------------------------
+
+    def adam(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.net.parameters(), lr=self.t.lr)
+
+    def lbfgs(self) -> torch.optim.Optimizer:
+        return torch.optim.LBFGS(
+            self.net.parameters(), lr=1.0, max_iter=1, history_size=10, line_search_fn="strong_wolfe"
+        )
+
+    def integrator(self, params: BodyParams) -> Integrator:
+        return Integrator(params, LearnedStep(self.net), self.scheme, reversible=True)
+
+    def start_stream(self, group: str, index: Tensor) -> Stream:
+        state, params = window_starts(self.systems, group, index)
+        with torch.no_grad():
+            run = self.integrator(params).start(state)
+        return Stream(params, run, 0)
+
+    # ---- checkpoints -------------------------------------------------------------------------------
+
+    def payload(self) -> dict[str, Any]:
+        streams: dict[str, Tensor] = {}
+        for group, stream in self.streams.items():
+            flatten_tensors(stream.params, f"{group}.params", streams)
+            flatten_tensors(stream.run, f"{group}.run", streams)
+            streams[f"{group}.windows"] = torch.tensor(stream.windows, dtype=torch.int64)
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "model": self.net.state_dict(),
+            "model_config": dict(self.net.config),
+            "feature_names": list(FEATURE_NAMES),
+            "optimizer": self.optimizer.state_dict(),
+            "phase": self.phase,
+            "step": self.step,
+            "best": self.best,
+            "generator": self.generator.get_state(),
+            "streams": streams,
+            "config": config_to_dict(self.config),
+            "training_systems": {k: v.cpu() for k, v in self.systems.items()},
+        }
+
+    def restore(self, checkpoint: dict[str, Any]) -> None:
+        saved = checkpoint["config"]
+        differences = [
+            d
+            for d in config_differences(saved, config_to_dict(self.config))
+            if d.split(":")[0] not in RESUMABLE_KEYS
+        ]
+        if differences:
+            raise ConfigError(
+                f"cannot resume {self.paths.root}: the config differs from the checkpoint's "
+                f"({'; '.join(differences[:5])}); use the saved {self.paths.config} or another --out"
+            )
+        self.systems = {k: v.to(self.device) for k, v in checkpoint["training_systems"].items()}
+        self.net = build_step_controller_net(checkpoint["model_config"]).to(self.device)
+        self.net.load_state_dict(checkpoint["model"])
+        self.phase = checkpoint["phase"]
+        self.optimizer = self.adam() if self.phase == "adam" else self.lbfgs()
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.step = int(checkpoint["step"])
+        self.best = float(checkpoint["best"])
+        self.generator.set_state(checkpoint["generator"])
+        flat = checkpoint["streams"]
+        for group in sorted({key.split(".")[0] for key in flat}):
+            size = flat[f"{group}.params.masses"].shape[0]
+            template = self.start_stream(group, torch.zeros(size, dtype=torch.int64, device=self.device))
+            params = make_params(
+                flat[f"{group}.params.masses"].to(self.device),
+                flat[f"{group}.params.softening"].to(self.device),
+            )
+            run = restore_tensors(template.run, f"{group}.run", flat, self.device)
+            self.streams[group] = Stream(params, run, int(flat[f"{group}.windows"]))
+        truncate_metrics(self.paths.metrics, self.step)
+        log.info("resumed %s at step %d (%s)", self.paths.root, self.step, self.phase)
+
+    # ---- the loop ------------------------------------------------------------------------------------
+
+    def run(self, stop_after: int | None = None) -> dict[str, Any]:
+        """Adam for `steps`, then `lbfgs_steps` L-BFGS iterations; returns the last validation metrics.
+
+        `stop_after` ends the run early after that global step (a stand-in for a killed run in tests).
+        """
+        total = self.t.steps + self.t.lbfgs_steps
+        last_eval: dict[str, Any] = {}
+        started = time.perf_counter()
+        while self.step < total:
+            if self.step == self.t.steps and self.phase == "adam":
+                self.phase, self.optimizer = "lbfgs", self.lbfgs()
+            metrics = self.adam_step() if self.phase == "adam" else self.lbfgs_step()
+            self.step += 1
+            if self.step % self.t.log_every == 0 or self.step == total:
+                self.log_metrics(metrics | {"seconds": time.perf_counter() - started})
+            if self.step % self.t.eval_every == 0 or self.step == total:
+                last_eval = self.evaluate()
+            if self.step % self.t.checkpoint_every == 0 or self.step == total:
+                save_checkpoint(self.paths.last, self.payload())
+            if stop_after is not None and self.step >= stop_after:
+                break
+        return last_eval
+
+    def adam_step(self) -> dict[str, Any]:
+        """One window of one group's stream: forward through the integrator, loss, backward, clip, step."""
+        self.net.train()
+        group = self.groups[self.step % len(self.groups)]
+        stream = self.streams.get(group)
+        if stream is None or stream.windows >= self.t.episode:
+            stream = self.start_stream(group, self.draw_starts(group))
+        self.optimizer.zero_grad(set_to_none=True)
+        run, result = window_loss(
+            self.integrator(stream.params),
+            stream.run,
+            self.t.window,
+            self.band,
+            self.t.reward,
+            self.t.penalty,
+            self.t.shape,
+        )
+        result.loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.t.grad_clip)
+        self.optimizer.step()
+        self.streams[group] = Stream(stream.params, detach_run(run), stream.windows + 1)
+        return self.step_metrics(group, result, norm)
+
+    def lbfgs_step(self) -> dict[str, Any]:
+        """One L-BFGS iteration on the validation episodes (a fixed, deterministic objective)."""
+        self.net.train()
+
+        def closure() -> Tensor:
+            self.optimizer.zero_grad(set_to_none=True)
+            return self.episode_losses(backward=True)[0]
+
+        self.optimizer.step(closure)
+        loss, result = self.episode_losses(backward=False)
+        norm = torch.sqrt(sum((p.grad**2).sum() for p in self.net.parameters() if p.grad is not None))
+        return self.step_metrics("all", result._replace(loss=loss), norm)
+
+    @property
+    def band(self) -> tuple[float, float]:
+        return (self.t.band_low, self.t.band_high)
+
+    def draw_starts(self, group: str) -> Tensor:
+        size = self.systems[f"{group}/positions"].shape[0]
+        return torch.randint(0, size, (self.t.batch,), generator=self.generator).to(self.device)
+
+    def validation_starts(self, group: str) -> Tensor:
+        size = self.systems[f"{group}/positions"].shape[0]
+        # Every k-th start state: a fixed spread over the group's systems.
+        return torch.arange(0, size, max(1, size // self.t.batch), device=self.device)[: self.t.batch]
+
+    def episode_losses(self, backward: bool) -> tuple[Tensor, WindowLoss]:
+        """Mean window loss over one full episode per group from the validation starts (back-propagated
+        window by window when `backward`); also the last window's details of the first group."""
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        count = 0
+        first: WindowLoss | None = None
+        for group in self.groups:
+            stream = self.start_stream(group, self.validation_starts(group))
+            integrator, run = self.integrator(stream.params), stream.run
+            for _ in range(self.t.episode):
+                with torch.set_grad_enabled(backward):
+                    run, result = window_loss(
+                        integrator, run, self.t.window, self.band, self.t.reward, self.t.penalty, self.t.shape
+                    )
+                if backward:
+                    (result.loss / (self.t.episode * len(self.groups))).backward()
+                    run = detach_run(run)
+                total = total + result.loss.detach()
+                count += 1
+                first = result if first is None else first
+        assert first is not None
+        return total / count, first
+
+    def evaluate(self) -> dict[str, Any]:
+        self.net.eval()
+        results: dict[str, Any] = {"step": self.step}
+        losses = []
+        with torch.no_grad():
+            for group in self.groups:
+                stream = self.start_stream(group, self.validation_starts(group))
+                integrator, run = self.integrator(stream.params), stream.run
+                parts = []
+                for _ in range(self.t.episode):
+                    run, result = window_loss(
+                        integrator, run, self.t.window, self.band, self.t.reward, self.t.penalty, self.t.shape
+                    )
+                    parts.append(result)
+                losses.append(sum(float(r.loss) for r in parts) / len(parts))
+                results[f"val_{group}_mean_log_step"] = sum(float(r.mean_log_step) for r in parts) / len(
+                    parts
+                )
+                results[f"val_{group}_fraction_above"] = sum(float(r.fraction_above) for r in parts) / len(
+                    parts
+                )
+                results[f"val_{group}_max_error"] = max(float(r.max_error) for r in parts)
+                results[f"val_{group}_shape_cost"] = sum(float(r.shape_cost) for r in parts) / len(parts)
+        results["val_loss"] = sum(losses) / len(losses)
+        self.log_metrics(results)
+        if results["val_loss"] < self.best:
+            self.best = results["val_loss"]
+            save_checkpoint(self.paths.best, self.payload())
+        return results
+
+    def step_metrics(self, group: str, result: WindowLoss, norm: Tensor) -> dict[str, Any]:
+        return {
+            "step": self.step + 1,
+            "phase": self.phase,
+            "group": group,
+            "loss": float(result.loss.detach()),
+            "penalty_high": float(result.penalty_high),
+            "penalty_low": float(result.penalty_low),
+            "shape_cost": float(result.shape_cost),
+            "mean_log_step": float(result.mean_log_step),
+            "fraction_above": float(result.fraction_above),
+            "max_error": float(result.max_error),
+            "grad_norm": float(norm),
+        }
+
+    def log_metrics(self, metrics: dict[str, Any]) -> None:
+        with open(self.paths.metrics, "a") as handle:
+            handle.write(json.dumps(metrics) + "\n")
+        if "loss" in metrics:
+            log.info(
+                "step %d %s loss %.4g log(h/T0) %.3f above-band %.2f |g| %.3g",
+                metrics["step"],
+                metrics["phase"],
+                metrics["loss"],
+                metrics["mean_log_step"],
+                metrics["fraction_above"],
+                metrics["grad_norm"],
+            )
+        else:
+            log.info("step %d validation loss %.4g", metrics["step"], metrics["val_loss"])
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop lines logged after `step` (written by a run killed before its next checkpoint)."""
+    if not path.exists():
+        return
+    kept = [
+        line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step
+    ]
+    atomic_write_text(path, "".join(f"{line}\n" for line in kept))
+
+
+def train_controller(
+    config: Config, out: str | Path, resume: bool = False, stop_after: int | None = None
+) -> dict[str, Any]:
+    """Train (or resume) a step controller into run folder `out`; returns the last validation metrics."""
+    return Trainer(config, out, resume).run(stop_after)

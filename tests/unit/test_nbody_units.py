@@ -1,0 +1,140 @@
+"""N-body config checks, sampling, .npy files, controller features and the learned controller's output."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dynaforge.config import ConfigError, load_config
+from dynaforge.models.dt_predictor import StepControllerInput, StepControllerNet
+from dynaforge.systems import build_system
+from dynaforge.systems.nbody import BodyState, gravity, make_params
+from dynaforge.systems.nbody_control import (
+    FEATURE_NAMES,
+    LearnedStep,
+    controller_features,
+    system_scales,
+)
+from dynaforge.systems.nbody_initial import load_initial_npy, random_cluster, save_initial_npy
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def cluster_batch(count: int, bodies: int, seed: int = 0) -> tuple[BodyState, object]:
+    rng = np.random.default_rng(seed)
+    drawn = [random_cluster(bodies, rng, 0.5, 2.0, 0.5, 0.01) for _ in range(count)]
+    state = BodyState(
+        torch.tensor(np.stack([b.positions for b in drawn]), dtype=torch.float64),
+        torch.tensor(np.stack([b.velocities for b in drawn]), dtype=torch.float64),
+    )
+    return state, make_params(torch.tensor(np.stack([b.masses for b in drawn]), dtype=torch.float64), 0.01)
+
+
+def test_config_errors_name_the_fix() -> None:
+    with pytest.raises(ConfigError, match="set bodies=2"):
+        load_config(None, ["system.name=nbody", "system.bodies=3"])
+    with pytest.raises(ConfigError, match=r"eccentricity must lie in \[0, 1\)"):
+        load_config(None, ["system.name=nbody", "system.initial.eccentricity=1.0"])
+    with pytest.raises(ConfigError, match=r"Did you mean 'system\.softening'"):
+        load_config(None, ["system.name=nbody", "system.softenning=0.1"])
+    with pytest.raises(ConfigError, match=r"system\.control\.model=RUN"):
+        from dynaforge.systems.nbody_control import build_controller
+
+        build_controller(
+            load_config(None, ["system.name=nbody", "system.control.kind=learned"]).system.control, 0.1
+        )
+
+
+def test_draw_samples_is_deterministic_and_laid_out_as_documented() -> None:
+    config = load_config(CONFIGS / "nbody_plummer.yaml", ["system.bodies=5"])
+    system = build_system(config.system)
+    params, initial = system.draw_samples([np.random.default_rng(s) for s in (1, 2)])
+    again, initial_again = system.draw_samples([np.random.default_rng(s) for s in (2,)])
+    assert initial.shape == (2, 6, 5) and params.shape == (2, len(system.parameter_names))
+    assert torch.equal(initial[1], initial_again[0]) and torch.equal(params[1], again[0])
+    assert system.parameter_names[:5] == tuple(f"mass_{i}" for i in range(5))
+    rollout = system.rollout(initial, params, steps=20, save_every=10)
+    assert rollout.fields.shape == (2, 3, 6, 5)
+    assert torch.equal(rollout.fields[:, 0], initial)
+    np.testing.assert_allclose(rollout.time.numpy(), [0.0, 0.1, 0.2])
+
+
+def test_rollout_rejects_a_missing_batch_axis() -> None:
+    system = build_system(load_config(CONFIGS / "nbody_tiny.yaml").system)
+    params, initial = system.draw_samples([np.random.default_rng(0)])
+    # Under pytest the jaxtyping annotation catches it first; without it, the message names the fix.
+    with pytest.raises(Exception, match=r"add a leading batch axis|Type-check"):
+        system.rollout(initial[0], params)
+
+
+def test_npy_round_trip(tmp_path: Path) -> None:
+    state, params = cluster_batch(3, 4)
+    rows = np.concatenate([params.masses.numpy(), params.softening.numpy()[:, None]], axis=1)
+    path = tmp_path / "initial.npy"
+    save_initial_npy(path, state.positions.numpy(), state.velocities.numpy(), rows)
+    x, v, p = load_initial_npy(path)
+    np.testing.assert_array_equal(x, state.positions.numpy())
+    np.testing.assert_array_equal(v, state.velocities.numpy())
+    np.testing.assert_array_equal(p, rows)
+    with pytest.raises(ValueError, match="save_initial_npy"):
+        np.save(tmp_path / "bad.npy", np.zeros((3, 4)))
+        load_initial_npy(tmp_path / "bad.npy")
+
+
+def features_of(state: BodyState, params: object) -> torch.Tensor:
+    g = gravity(state.positions, params)
+    return controller_features(state, g, params, system_scales(state, params, g.potential))
+
+
+def test_features_are_permutation_invariant_and_even_in_the_velocities() -> None:
+    state, params = cluster_batch(3, 7, seed=5)
+    features = features_of(state, params)
+    assert features.shape == (3, len(FEATURE_NAMES)) and torch.isfinite(features).all()
+    order = torch.tensor([3, 0, 6, 1, 5, 2, 4])
+    permuted = BodyState(state.positions[:, order], state.velocities[:, order])
+    torch.testing.assert_close(
+        features_of(permuted, params._replace(masses=params.masses[:, order])), features
+    )
+    reversed_ = BodyState(state.positions, -state.velocities)
+    torch.testing.assert_close(features_of(reversed_, params), features)
+
+
+@pytest.mark.parametrize("history", [0, 3])
+def test_learned_step_is_positive_and_finite(history: int) -> None:
+    torch.manual_seed(0)
+    net = StepControllerNet(len(FEATURE_NAMES), hidden=16, layers=2, history=history)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(10.0 * torch.randn_like(p))  # a badly trained network: outputs far from the initial ones
+    controller = LearnedStep(net)
+    state, params = cluster_batch(5, 4, seed=1)
+    state = BodyState(
+        state.positions * torch.logspace(-6, 3, 5, dtype=torch.float64).view(-1, 1, 1), state.velocities
+    )
+    g = gravity(state.positions, params)
+    context = controller.init(state, g, params)
+    for _ in range(3):
+        h, context = controller.step_size(state, g, params, context)
+        assert h.shape == (5,) and bool((h > 0).all()) and bool(torch.isfinite(h).all())
+    if history:
+        assert context.history is not None and context.history.shape == (5, history, len(FEATURE_NAMES))
+
+
+def test_untrained_controller_starts_as_the_classical_criterion() -> None:
+    net = StepControllerNet(len(FEATURE_NAMES), hidden=8, layers=1)
+    state, params = cluster_batch(2, 5)
+    features = features_of(state, params)
+    out = net(StepControllerInput(features)).log_step
+    torch.testing.assert_close(out, features[:, 0] + np.log(0.02), rtol=0, atol=1e-9)  # soft clamp ~1e-11
