@@ -123,6 +123,11 @@ class DatasetFolder:
 
 def read_manifest(root: Path) -> dict[str, Any]:
     path = root / MANIFEST
+    if root.is_file():
+        raise DatasetError(
+            f"{root} is a file, not a dataset folder; a PDEBench or The Well file converts into one with "
+            f"`dynaforge convert {root} --out DIR`"
+        )
     if not root.is_dir():
         raise DatasetError(
             f"{root} is not a folder; generate one with `dynaforge generate CONFIG --out {root}`"
