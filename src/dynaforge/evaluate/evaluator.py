@@ -80,15 +80,7 @@ def evaluate(
     test = dataset.read_split("test")
     check_compatible(test.fields, shape, dataset.root)
     stride, batch_size = trained.data.stride, trained.data.batch_size
-    settings = MetricSettings(
-        lengths=domain_lengths(test, shape.spatial_dims),
-        fourier_bands=(config.fourier_low, config.fourier_high),
-        correlation_threshold=config.correlation_threshold,
-        gmean_horizon=config.gmean_horizon,
-        frame_dt=frame_dt(dataset, test.time, stride),
-        system=dataset.system,
-        worst_samples=config.worst_samples,
-    )
+    settings = metric_settings(config, dataset, test, shape, stride)
 
     one_step = one_step_predictions(model, normalizer, test.fields, shape, stride, batch_size, device)
     rolled = rollouts(
@@ -144,6 +136,21 @@ def evaluate(
         report,
     )
     return EvaluationResult(metrics=metrics, report=report)
+
+
+def metric_settings(
+    config: EvaluateConfig, dataset: DatasetFolder, test: SplitArrays, shape: ModelShape, stride: int
+) -> MetricSettings:
+    """What the metrics need beyond the fields: domain, frame interval, system and report settings."""
+    return MetricSettings(
+        lengths=domain_lengths(test, shape.spatial_dims),
+        fourier_bands=(config.fourier_low, config.fourier_high),
+        correlation_threshold=config.correlation_threshold,
+        gmean_horizon=config.gmean_horizon,
+        frame_dt=frame_dt(dataset, test.time, stride),
+        system=dataset.system,
+        worst_samples=config.worst_samples,
+    )
 
 
 def evaluate_config_of(folder: RunFolder) -> EvaluateConfig:

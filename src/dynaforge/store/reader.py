@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import h5py
 import numpy as np
@@ -12,6 +12,9 @@ import numpy as np
 from dynaforge.config import Config, ConfigError, load_config
 from dynaforge.store.format import AXIS_NAMES, CONFIG, FORMAT_VERSION, MANIFEST, SPLITS
 from dynaforge.store.writer import DatasetError
+
+if TYPE_CHECKING:
+    from dynaforge.store.interop import ForeignDataset
 
 
 class SplitArrays(NamedTuple):
@@ -35,7 +38,7 @@ class DatasetFolder:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
-        self.foreign = None
+        self.foreign: ForeignDataset | None = None
         if self.root.is_file():
             from dynaforge.store.interop import ForeignDataset  # interop builds on this module
 
