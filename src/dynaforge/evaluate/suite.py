@@ -95,6 +95,15 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 """How the report groups the metrics' curves into panels (every metric of METRICS is in one)."""
 
 
+WINDOWED = (
+    "vrmse",
+    "nrmse",
+    *(f"spectral_{kind}_{band}" for kind in ("mse", "nmse") for band in ("low", "mid", "high")),
+)
+"""Metrics also averaged over The Well's rollout windows (The Well reports VRMSE and the binned spectral
+errors per window)."""
+
+
 class MetricSettings(NamedTuple):
     """What the metrics need to know beyond the fields."""
 
@@ -161,7 +170,7 @@ def score_rollouts(rollouts: Rollouts, settings: MetricSettings) -> dict[str, An
         "means": {name: float(curve.mean()) for name, curve in curves.items()},
         "nrmse_gmean": geometric_mean(curves["nrmse"], horizon),
         "gmean_horizon": horizon,
-        "windows": {name: window_means(curves[name], windows) for name in ("vrmse", "nrmse")},
+        "windows": {name: window_means(curves[name], windows) for name in WINDOWED if name in curves},
         "correlation_time": timing._asdict(),
         "conserved": list(conserved_quantities(settings.system)),
         "spectra": {
