@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import h5py
@@ -165,6 +166,22 @@ def test_convert_gives_the_arrays_of_the_direct_read(tmp_path: Path, advection_f
     before = (tmp_path / "converted" / "manifest.json").stat().st_mtime_ns
     assert convert(advection_file, tmp_path / "converted", shard_size=7) == manifest  # rerun: nothing to do
     assert (tmp_path / "converted" / "manifest.json").stat().st_mtime_ns == before
+
+
+def test_an_interrupted_conversion_is_redone(tmp_path: Path, advection_file: Path) -> None:
+    first = convert(advection_file, tmp_path / "a")
+    out = tmp_path / "b"
+    shutil.copytree(tmp_path / "a", out)
+    (out / "manifest.json").unlink()  # killed before the manifest: not a dataset yet
+    (out / ".conversion.json").write_text(json.dumps(first["identity"]))
+    (out / "train" / "shard-00000.h5").write_bytes(b"truncated")
+    (out / "train" / ".shard-00001.h5.x.tmp").write_bytes(b"partial")
+    with pytest.raises(DatasetError, match=r"manifest\.json is missing"):
+        DatasetFolder(out)
+    assert convert(advection_file, out)["stats"] == first["stats"]
+    assert (
+        validate_dataset(out).ok and not list(out.rglob("*.tmp")) and not (out / ".conversion.json").exists()
+    )
 
 
 def test_convert_refuses_to_mix_datasets(tmp_path: Path, advection_file: Path) -> None:
