@@ -52,16 +52,41 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--no-checksums", action="store_true", help="skip SHA-256 verification (faster)")
     inspect.set_defaults(handler=run_inspect)
 
+    convert = verbs.add_parser(
+        "convert", help="convert a PDEBench or The Well HDF5 file into a dataset folder"
+    )
+    convert.add_argument("input", help="PDEBench or The Well .hdf5/.h5 file")
+    convert.add_argument("--out", required=True, help="dataset folder to create")
+    convert.add_argument(
+        "--format", choices=["pdebench", "the_well"], default=None, help="source format (default: detected)"
+    )
+    convert.add_argument(
+        "--splits",
+        default="0.8,0.1,0.1",
+        metavar="TRAIN,VAL,TEST",
+        help="fractions of the file's samples per split, contiguous in file order (default 0.8,0.1,0.1)",
+    )
+    convert.add_argument("--shard-size", type=int, default=256, help="samples per shard (default 256)")
+    convert.set_defaults(handler=run_convert)
+
     train = verbs.add_parser("train", help="train a surrogate on a dataset folder into a run folder")
     add_config_arguments(train)
-    train.add_argument("--data", required=True, help="dataset folder (from `dynaforge generate`)")
+    train.add_argument(
+        "--data",
+        required=True,
+        help="dataset folder (from `dynaforge generate` or `convert`), or a PDEBench / The Well file",
+    )
     train.add_argument("--out", required=True, help="run folder to create")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(handler=run_train)
 
     evaluate = verbs.add_parser("evaluate", help="score a run on the test split; writes RUN/eval/")
     evaluate.add_argument("run", help="run folder (from `dynaforge train`)")
-    evaluate.add_argument("--data", default=None, help="dataset folder (default: the one trained on)")
+    evaluate.add_argument(
+        "--data",
+        default=None,
+        help="dataset folder or PDEBench / The Well file (default: the one trained on)",
+    )
     evaluate.set_defaults(handler=run_evaluate)
 
     run = verbs.add_parser("run", help="generate, train and evaluate from one config (skips finished stages)")
@@ -205,6 +230,25 @@ def run_inspect(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def run_convert(args: argparse.Namespace) -> int:
+    from dynaforge.store.convert import convert
+    from dynaforge.store.interop import parse_fractions
+
+    manifest = convert(
+        args.input,
+        args.out,
+        format=args.format,
+        fractions=parse_fractions(args.splits),
+        shard_size=args.shard_size,
+    )
+    source, shape = manifest["source"], manifest["shape"]
+    splits = "   ".join(f"{k}={v['n_samples']}" for k, v in manifest["splits"].items())
+    print(f"{args.out}: {source['format']} ({source['layout']}) {source['name']}, {splits}")
+    print(f"shape     frames={shape['frames']} space={shape['space']} channels={source['channel_names']}")
+    print(f"check it with `dynaforge inspect {args.out}`")
+    return 0
+
+
 def run_train(args: argparse.Namespace) -> int:
     from dynaforge.train import train
 
@@ -248,6 +292,11 @@ def format_summary(summary: dict) -> str:
         "samples   " + "   ".join(f"{k}={v}" for k, v in summary["splits"].items()),
         f"shape     frames={summary['frames']} space={summary['space']} channels={summary['channels']}",
     ]
+    if "source" in summary:
+        source = summary["source"]
+        lines.append(
+            f"source    {source['format']} ({source['layout']}) {source['file']}, splits {source['fractions']}"
+        )
     for name, bounds in summary["parameters"].items():
         lines.append(f"param     {name:<14} [{bounds['min']:.6g}, {bounds['max']:.6g}]")
     stats = summary.get("stats")

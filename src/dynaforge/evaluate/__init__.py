@@ -2,12 +2,17 @@
 
 from dynaforge.evaluate.evaluator import EvaluationResult, evaluate, evaluation_is_current
 from dynaforge.evaluate.metrics import nrmse, nrmse_per_frame, relative_l2_per_frame
+from dynaforge.evaluate.suite import METRICS, MetricSettings, score_predictions, score_rollouts
 
 __all__ = [
+    "METRICS",
     "EvaluationResult",
+    "MetricSettings",
     "evaluate",
     "evaluation_is_current",
     "nrmse",
     "nrmse_per_frame",
     "relative_l2_per_frame",
+    "score_predictions",
+    "score_rollouts",
 ]

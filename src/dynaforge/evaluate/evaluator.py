@@ -1,8 +1,11 @@
 """`dynaforge evaluate`: score a run's checkpoint on the test split and write RUN/eval/.
 
-RUN/eval/metrics.json holds at least `one_step_nrmse` (one model call from true inputs, every test window)
-and `rollout_nrmse` (a list: the nRMSE of each autoregressively predicted frame, from the true initial
-frames of every test trajectory). Evaluation is deterministic: the same run, data and device give the same
+RUN/eval/metrics.json holds `one_step_nrmse` (one model call from true inputs, every test window) and
+`rollout_nrmse` (a list: the nRMSE of each autoregressively predicted frame, from the true initial frames of
+every test trajectory), both PDEBench's nRMSE; then every metric of `dynaforge.evaluate.suite` for the one-step
+predictions (`one_step`), averaged over the rollout (`rollout`) and per rollout step (`rollout_per_frame`),
+the geometric mean of the rollout nRMSE, The Well's time windows, the correlation time, the conserved
+quantities' drift, energy spectra and the worst test samples. Evaluation is deterministic: the same run, data and device give the same
 metrics.json byte for byte (no timestamps; fixed batches and order).
 """
 
@@ -28,14 +31,21 @@ from dynaforge.config import (
     resolve_device,
 )
 from dynaforge.data import Normalizer
-from dynaforge.evaluate.metrics import nrmse, nrmse_per_frame
-from dynaforge.evaluate.plots import error_vs_step_png, space_time_png
+from dynaforge.evaluate.plots import (
+    error_vs_step_png,
+    metric_curves_png,
+    snapshot_png,
+    space_time_png,
+    spectra_png,
+)
 from dynaforge.evaluate.report import render_report
 from dynaforge.evaluate.rollout import Rollouts, one_step_predictions, rollouts
+from dynaforge.evaluate.suite import METRICS as METRICS_INFO
+from dynaforge.evaluate.suite import PANELS, MetricSettings, score_predictions, score_rollouts
 from dynaforge.models import ModelShape, model_from_checkpoint
 from dynaforge.runs import RunError, RunFolder, run_folder
-from dynaforge.store import DatasetFolder
-from dynaforge.store.format import file_sha256
+from dynaforge.store import DatasetFolder, SplitArrays
+from dynaforge.store.format import AXIS_NAMES, file_sha256
 from dynaforge.train.checkpoint import load_checkpoint
 from dynaforge.train.log import read_metrics
 
@@ -70,6 +80,7 @@ def evaluate(
     test = dataset.read_split("test")
     check_compatible(test.fields, shape, dataset.root)
     stride, batch_size = trained.data.stride, trained.data.batch_size
+    settings = metric_settings(config, dataset, test, shape, stride)
 
     one_step = one_step_predictions(model, normalizer, test.fields, shape, stride, batch_size, device)
     rolled = rollouts(
@@ -83,13 +94,28 @@ def evaluate(
         batch_size,
         device,
     )
-    rollout_nrmse = [float(v) for v in nrmse_per_frame(rolled.predicted, rolled.truth)]
+    one_step_scores = score_predictions(one_step, settings)
+    scores = score_rollouts(rolled, settings)
+    rollout_nrmse = scores["curves"]["nrmse"]
     metrics = {
-        "one_step_nrmse": float(nrmse(one_step.predicted, one_step.truth)),
+        "one_step_nrmse": one_step_scores["nrmse"],
         "rollout_nrmse": rollout_nrmse,
-        "rollout_nrmse_mean": float(np.mean(rollout_nrmse)),
+        "rollout_nrmse_mean": scores["means"]["nrmse"],
+        "rollout_nrmse_gmean": scores["nrmse_gmean"],
+        "gmean_horizon": scores["gmean_horizon"],
         "rollout_frames": len(rollout_nrmse),
-        "frame_dt": frame_dt(dataset, stride),
+        "frame_dt": settings.frame_dt,
+        "one_step": one_step_scores,
+        "rollout": scores["means"],
+        "rollout_per_frame": scores["curves"],
+        "rollout_windows": scores["windows"],
+        "correlation_time": scores["correlation_time"],
+        "system": dataset.system,
+        "conserved": scores["conserved"],
+        "spectra": scores["spectra"],
+        "worst_samples": scores["worst_samples"],
+        "sample_nrmse": scores["sample_nrmse"],
+        "domain_lengths": list(settings.lengths),
         "test_samples": int(test.fields.shape[0]),
         "one_step_windows": int(one_step.predicted.shape[0]),
         "history": shape.history,
@@ -112,6 +138,21 @@ def evaluate(
     return EvaluationResult(metrics=metrics, report=report)
 
 
+def metric_settings(
+    config: EvaluateConfig, dataset: DatasetFolder, test: SplitArrays, shape: ModelShape, stride: int
+) -> MetricSettings:
+    """What the metrics need beyond the fields: domain, frame interval, system and report settings."""
+    return MetricSettings(
+        lengths=domain_lengths(test, shape.spatial_dims),
+        fourier_bands=(config.fourier_low, config.fourier_high),
+        correlation_threshold=config.correlation_threshold,
+        gmean_horizon=config.gmean_horizon,
+        frame_dt=frame_dt(dataset, test.time, stride),
+        system=dataset.system,
+        worst_samples=config.worst_samples,
+    )
+
+
 def evaluate_config_of(folder: RunFolder) -> EvaluateConfig:
     if not folder.root.is_dir():
         raise RunError(
@@ -126,8 +167,8 @@ def dataset_root(checkpoint: dict[str, Any], data: str | Path | None) -> Path:
     if data is not None:
         return Path(data)
     recorded = Path(checkpoint.get("data", ""))
-    if not recorded.is_dir():
-        raise RunError(f"the dataset the run was trained on ({recorded}) is gone; pass --data DIR")
+    if not recorded.exists():
+        raise RunError(f"the dataset the run was trained on ({recorded}) is gone; pass --data DIR or FILE")
     return recorded
 
 
@@ -140,13 +181,30 @@ def check_compatible(fields: np.ndarray, shape: ModelShape, root: Path) -> None:
         )
 
 
-def frame_dt(dataset: DatasetFolder, stride: int) -> float | None:
-    """Time between two model frames, when the dataset's config says it."""
+def frame_dt(dataset: DatasetFolder, time: np.ndarray, stride: int) -> float | None:
+    """Time between two model frames: from the dataset's dynaforge config when it has one (exact), else
+    from its stored frame times (PDEBench and The Well files, converted or not); None when unknown."""
     try:
         system = dataset.config.system
-    except ConfigError:  # a dataset from another tool may carry no (or another) dynaforge config
-        return None
+    except ConfigError:  # a dataset from another tool carries no (or another) dynaforge config
+        if len(time) <= stride:
+            return None
+        return float(time[stride] - time[0])
     return system.dt * system.save_every * stride
+
+
+def domain_lengths(test: SplitArrays, spatial_dims: int) -> tuple[float, ...]:
+    """Length of each spatial axis: points x grid spacing of the first test sample's coordinates (the
+    domain of a periodic grid that includes its left end and excludes its right), 1 when unknown."""
+    lengths = []
+    for axis in AXIS_NAMES[:spatial_dims]:
+        coords = test.coords.get(axis)
+        if coords is None or coords.shape[-1] < 2:
+            lengths.append(1.0)
+            continue
+        first = coords[0]
+        lengths.append(float(len(first) * (first[1] - first[0])))
+    return tuple(lengths)
 
 
 def write_outputs(
@@ -155,38 +213,74 @@ def write_outputs(
     """metrics.json, the PNG figures beside it, and report.html (figures embedded), all atomically."""
     out = folder.eval
     out.mkdir(parents=True, exist_ok=True)
-    figures = [
-        (
-            "nRMSE of each autoregressive rollout step on the test split",
-            "error_vs_step.png",
-            error_vs_step_png(metrics["rollout_nrmse"], metrics["one_step_nrmse"], metrics["frame_dt"]),
-        )
-    ]
-    if rolled.truth.ndim == 4:  # 1D fields: (N, frames, C, x) -> space-time images of channel 0
-        for sample in range(min(config.plot_samples, rolled.truth.shape[0])):
-            figures.append(
-                (
-                    f"Test trajectory {sample}: truth, rollout prediction and error (channel 0)",
-                    f"sample_{sample}.png",
-                    space_time_png(
-                        rolled.truth[sample, :, 0].numpy(),
-                        rolled.predicted[sample, :, 0].numpy(),
-                        f"test trajectory {sample}",
-                    ),
-                )
-            )
-    for _, name, png in figures:
-        atomic_write_bytes(out / name, png)
+    figures = report_figures(metrics, rolled, config)
+    for section in figures.values():
+        for _, name, png in section:
+            atomic_write_bytes(out / name, png)
     atomic_write_json(out / METRICS, metrics)
     html = render_report(
         title=f"dynaforge evaluation: {folder.root.name or folder.root}",
         metrics=metrics,
-        figures=[(caption, png) for caption, _, png in figures],
+        figures={key: [(caption, png) for caption, _, png in section] for key, section in figures.items()},
         config_yaml=config_to_yaml(trained),
         training=training_summary(folder),
     )
     atomic_write_text(out / REPORT, html)
     return out / REPORT
+
+
+def report_figures(
+    metrics: dict[str, Any], rolled: Rollouts, config: EvaluateConfig
+) -> dict[str, list[tuple[str, str, bytes]]]:
+    """Report section -> (caption, file name, PNG bytes) of every figure."""
+    labels = {name: info.label for name, info in METRICS_INFO.items()}
+    spectra = metrics["spectra"]
+    figures: dict[str, list[tuple[str, str, bytes]]] = {
+        "horizon": [
+            (
+                "nRMSE of each autoregressive rollout step on the test split",
+                "error_vs_step.png",
+                error_vs_step_png(metrics["rollout_nrmse"], metrics["one_step_nrmse"], metrics["frame_dt"]),
+            ),
+            (
+                "Every metric against the rollout step",
+                "metrics_vs_step.png",
+                metric_curves_png(PANELS, metrics["rollout_per_frame"], labels, metrics["frame_dt"]),
+            ),
+        ],
+        "physics": [
+            (
+                "Energy spectra of truth and prediction at the first, middle and last rollout step",
+                "spectra.png",
+                spectra_png(spectra["truth"], spectra["predicted"], spectra["frames"]),
+            )
+        ],
+        "worst": [],
+        "samples": [],
+    }
+    drawn: dict[int, bytes] = {}  # a worst sample that is also a plotted sample is drawn once
+    for rank, worst in enumerate(metrics["worst_samples"]):
+        index = worst["index"]
+        caption = f"Worst sample {rank + 1}: test trajectory {index} (rollout nRMSE {worst['nrmse']:.3e}, channel 0)"
+        drawn[index] = sample_png(rolled, index, f"test trajectory {index}")
+        figures["worst"].append((caption, f"worst_{rank + 1}.png", drawn[index]))
+    for sample in range(min(config.plot_samples, rolled.truth.shape[0])):
+        caption = f"Test trajectory {sample}: truth, rollout prediction and error (channel 0)"
+        png = drawn.get(sample) or sample_png(rolled, sample, f"test trajectory {sample}")
+        figures["samples"].append((caption, f"sample_{sample}.png", png))
+    return figures
+
+
+def sample_png(rolled: Rollouts, sample: int, title: str) -> bytes:
+    """Space-time images of channel 0 for 1D fields; the last predicted frame for 2D and 3D (a mid slice)."""
+    truth, predicted = rolled.truth[sample, :, 0].numpy(), rolled.predicted[sample, :, 0].numpy()
+    if truth.ndim == 2:  # (frames, x)
+        return space_time_png(truth, predicted, title)
+    last_truth, last_predicted = truth[-1], predicted[-1]
+    while last_truth.ndim > 2:  # 3D: the middle slice along the last axis
+        middle = last_truth.shape[-1] // 2
+        last_truth, last_predicted = last_truth[..., middle], last_predicted[..., middle]
+    return snapshot_png(last_truth, last_predicted, f"{title}, last rollout step")
 
 
 def training_summary(folder: RunFolder) -> dict[str, Any]:

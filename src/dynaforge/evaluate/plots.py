@@ -6,7 +6,7 @@ Each function returns PNG bytes; the caller writes them (atomically) and embeds 
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -61,5 +61,91 @@ def space_time_png(truth: np.ndarray, predicted: np.ndarray, title: str) -> byte
         axes.set_xlabel("grid point")
         figure.colorbar(shown, ax=axes)
     panels[0].set_ylabel("rollout step")
+    figure.suptitle(title)
+    return figure_to_png(figure)
+
+
+def metric_curves_png(
+    panels: Sequence[tuple[str, Sequence[str]]],
+    curves: Mapping[str, Sequence[float]],
+    labels: Mapping[str, str],
+    frame_dt: float | None,
+) -> bytes:
+    """One panel per group of metrics (title, metric names): each metric's value at each rollout step,
+    on a log scale when every value in the panel is > 0."""
+    shown = [(title, [n for n in names if n in curves]) for title, names in panels]
+    shown = [(title, names) for title, names in shown if names]
+    columns = min(4, max(len(shown), 1))
+    rows = max(1, -(-len(shown) // columns))
+    figure = Figure(figsize=(3.4 * columns, 2.8 * rows))
+    axes_grid = figure.subplots(rows, columns, squeeze=False)
+    # A fixed layout: constrained layout would double the drawing time of this figure.
+    figure.subplots_adjust(left=0.06, right=0.98, bottom=0.1, top=0.92, wspace=0.3, hspace=0.45)
+    unit = f" (x {frame_dt:.3g})" if frame_dt else ""
+    for index, axes in enumerate(axes_grid.flat):
+        if index >= len(shown):
+            axes.set_axis_off()
+            continue
+        title, names = shown[index]
+        values = [np.asarray(curves[name], dtype=np.float64) for name in names]
+        for name, curve in zip(names, values):
+            axes.plot(
+                np.arange(1, len(curve) + 1), curve, marker="o", markersize=2, label=labels.get(name, name)
+            )
+        if all(np.all(v > 0) for v in values) and "correlation" not in names:
+            axes.set_yscale("log")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.set_title(title, fontsize=9)
+        axes.tick_params(labelsize=7)
+        axes.grid(True, which="both", alpha=0.3)
+        axes.set_xlabel(f"rollout step{unit}", fontsize=8)
+        axes.legend(fontsize=6)
+    return figure_to_png(figure)
+
+
+def spectra_png(
+    truth: Sequence[Sequence[float]], predicted: Sequence[Sequence[float]], frames: Sequence[int]
+) -> bytes:
+    """Energy spectra E(k) of truth (solid) and prediction (dashed) at a few rollout steps, log-log."""
+    figure = Figure(figsize=(6, 4), layout="constrained")
+    axes = figure.add_subplot()
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+    for i, frame in enumerate(frames):
+        true = np.asarray(truth[i], dtype=np.float64)
+        k = np.arange(len(true))
+        color = colors[i % len(colors)]
+        shown = k >= 1
+        axes.plot(k[shown], true[shown], color=color, label=f"truth, step {frame + 1}")
+        guess = np.asarray(predicted[i], dtype=np.float64)
+        axes.plot(k[shown], guess[shown], color=color, linestyle="--", label=f"prediction, step {frame + 1}")
+    positive = [v for row in (*truth, *predicted) for v in row[1:] if v > 0]
+    if positive:
+        axes.set_xscale("log")
+        axes.set_yscale("log")
+    axes.set_xlabel("wavenumber k (cycles per domain)")
+    axes.set_ylabel("E(k), mean over samples and channels")
+    axes.set_title("Energy spectra of truth and prediction")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=7)
+    return figure_to_png(figure)
+
+
+def snapshot_png(truth: np.ndarray, predicted: np.ndarray, title: str) -> bytes:
+    """Truth, prediction and error of one 2D frame, arrays (x, y) with x drawn across."""
+    figure = Figure(figsize=(12, 3.6), layout="constrained")
+    panels = figure.subplots(1, 3)
+    low, high = float(min(truth.min(), predicted.min())), float(max(truth.max(), predicted.max()))
+    error = predicted - truth
+    bound = float(np.abs(error).max()) or 1.0
+    for axes, image, name, cmap, limits in (
+        (panels[0], truth, "truth", "viridis", (low, high)),
+        (panels[1], predicted, "prediction", "viridis", (low, high)),
+        (panels[2], error, "prediction - truth", "RdBu_r", (-bound, bound)),
+    ):
+        shown = axes.imshow(image.T, origin="lower", cmap=cmap, vmin=limits[0], vmax=limits[1])
+        axes.set_title(name)
+        axes.set_xlabel("x")
+        figure.colorbar(shown, ax=axes)
+    panels[0].set_ylabel("y")
     figure.suptitle(title)
     return figure_to_png(figure)

@@ -1,4 +1,10 @@
-"""The evaluation report: one self-contained HTML file (figures embedded as base64 PNG), readable offline."""
+"""The evaluation report: one self-contained HTML file (figures embedded as base64 PNG), readable offline.
+
+Sections: summary, a table of every metric (definition and source, one-step value, rollout values), the
+error against the rollout step for each metric, The Well's time windows, the correlation time, physics
+diagnostics (conserved quantities, energy spectra), the worst test samples, sample figures, the training
+summary and the run's config.
+"""
 
 from __future__ import annotations
 
@@ -8,48 +14,159 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dynaforge.evaluate.suite import METRICS
+
+Figures = Mapping[str, Sequence[tuple[str, bytes]]]
+"""Report section ("horizon", "physics", "worst", "samples") -> (caption, PNG bytes) figures."""
+
 
 def png_to_img(png: bytes, alt: str) -> str:
     encoded = base64.b64encode(png).decode("ascii")
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{encoded}">'
 
 
-def metrics_table(metrics: Mapping[str, Any]) -> str:
+def figures_html(figures: Sequence[tuple[str, bytes]]) -> str:
+    return "".join(
+        f"<figure>{png_to_img(png, caption)}<figcaption>{html.escape(caption)}</figcaption></figure>"
+        for caption, png in figures
+    )
+
+
+class Markup(str):
+    """Text already escaped for HTML."""
+
+
+def number(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4e}"
+    return html.escape(str(value))
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td>{cell if isinstance(cell, Markup) else number(cell)}</td>" for cell in row)
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def summary_table(metrics: Mapping[str, Any]) -> str:
+    timing = metrics["correlation_time"]
+    when = f"{timing['frames']} steps" + (
+        f" = {timing['time']:.4g} time units" if timing["time"] is not None else ""
+    )
     rows = [
-        ("one-step nRMSE", f"{metrics['one_step_nrmse']:.4e}"),
-        (f"rollout nRMSE, step 1 of {metrics['rollout_frames']}", f"{metrics['rollout_nrmse'][0]:.4e}"),
-        (f"rollout nRMSE, step {metrics['rollout_frames']}", f"{metrics['rollout_nrmse'][-1]:.4e}"),
-        ("rollout nRMSE, mean over steps", f"{metrics['rollout_nrmse_mean']:.4e}"),
-        ("test trajectories", str(metrics["test_samples"])),
-        ("one-step windows", str(metrics["one_step_windows"])),
+        ("one-step nRMSE", metrics["one_step_nrmse"]),
+        (f"rollout nRMSE, step 1 of {metrics['rollout_frames']}", metrics["rollout_nrmse"][0]),
+        (f"rollout nRMSE, step {metrics['rollout_frames']}", metrics["rollout_nrmse"][-1]),
+        ("rollout nRMSE, mean over steps", metrics["rollout_nrmse_mean"]),
+        (
+            f"rollout nRMSE, geometric mean over steps 1-{metrics['gmean_horizon']}",
+            metrics["rollout_nrmse_gmean"],
+        ),
+        (
+            f"correlation time (correlation >= {timing['threshold']})",
+            ("at least " if timing["censored"] else "") + when,
+        ),
+        ("test trajectories", metrics["test_samples"]),
+        ("one-step windows", metrics["one_step_windows"]),
         ("checkpoint", f"{metrics['checkpoint']} (epoch {metrics['checkpoint_epoch']})"),
     ]
-    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    return f"<table>{body}</table>"
+    return table(("quantity", "value"), rows)
+
+
+def metrics_table(metrics: Mapping[str, Any]) -> str:
+    per_frame = metrics["rollout_per_frame"]
+    rows = []
+    for name, info in METRICS.items():
+        if name not in per_frame:
+            continue
+        curve = per_frame[name]
+        rows.append(
+            (
+                info.label,
+                info.definition,
+                metrics["one_step"].get(name),
+                curve[0],
+                curve[-1],
+                metrics["rollout"][name],
+            )
+        )
+    header = (
+        "metric",
+        "definition (source)",
+        "one step",
+        "rollout step 1",
+        "rollout last step",
+        "rollout mean",
+    )
+    return table(header, rows)
+
+
+def per_frame_table(metrics: Mapping[str, Any]) -> str:
+    per_frame = metrics["rollout_per_frame"]
+    names = [name for name in METRICS if name in per_frame]
+    rows = [
+        (step + 1, *(per_frame[name][step] for name in names)) for step in range(metrics["rollout_frames"])
+    ]
+    return table(("step", *(METRICS[name].label for name in names)), rows)
+
+
+def windows_table(metrics: Mapping[str, Any]) -> str:
+    windows = metrics["rollout_windows"]
+    spans = list(windows["vrmse"])
+    rows = [(METRICS[name].label, *(windows[name][span] for span in spans)) for name in windows]
+    return table(("metric", *(f"steps {span}" for span in spans)), rows)
+
+
+def physics_html(metrics: Mapping[str, Any]) -> str:
+    conserved = metrics["conserved"]
+    per_frame = metrics["rollout_per_frame"]
+    if not conserved:
+        text = (
+            f"The system <code>{html.escape(str(metrics['system']))}</code> has no conserved quantity dynaforge "
+            "checks (see <code>dynaforge.evaluate.physics.CONSERVED</code>)."
+        )
+        rows = []
+    else:
+        text = f"Conserved by <code>{html.escape(str(metrics['system']))}</code>: {html.escape(', '.join(conserved))}."
+        rows = [
+            (METRICS[f"{q}_drift"].label, per_frame[f"{q}_drift"][0], per_frame[f"{q}_drift"][-1])
+            for q in conserved
+        ]
+    rows.append(
+        (METRICS["spectrum_error"].label, per_frame["spectrum_error"][0], per_frame["spectrum_error"][-1])
+    )
+    return f"<p>{text}</p>" + table(("diagnostic", "rollout step 1", "rollout last step"), rows)
+
+
+def worst_table(metrics: Mapping[str, Any]) -> str:
+    rows = [(rank + 1, w["index"], w["nrmse"]) for rank, w in enumerate(metrics["worst_samples"])]
+    return table(("rank", "test trajectory", "rollout nRMSE (mean over steps)"), rows)
 
 
 def render_report(
     title: str,
     metrics: Mapping[str, Any],
-    figures: Sequence[tuple[str, bytes]],
+    figures: Figures,
     config_yaml: str,
     training: Mapping[str, Any],
 ) -> str:
-    """The HTML page: metrics, figures (caption, PNG bytes), training summary and the run's config."""
-    figure_html = "".join(
-        f"<figure>{png_to_img(png, caption)}<figcaption>{html.escape(caption)}</figcaption></figure>"
-        for caption, png in figures
-    )
-    per_step = ", ".join(f"{v:.3e}" for v in metrics["rollout_nrmse"])
+    """The HTML page: metrics, figures by section, training summary and the run's config."""
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <title>{html.escape(title)}</title>
 <style>
-body {{ font-family: sans-serif; max-width: 1250px; margin: 2em auto; padding: 0 1em; color: #222; }}
-table {{ border-collapse: collapse; margin: 1em 0; }}
-th, td {{ border: 1px solid #ccc; padding: 0.3em 0.8em; text-align: left; }}
+body {{ font-family: sans-serif; max-width: 1300px; margin: 2em auto; padding: 0 1em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }}
 th {{ background: #f4f4f4; font-weight: normal; }}
 figure {{ margin: 1.5em 0; }}
 img {{ max-width: 100%; }}
@@ -58,13 +175,29 @@ pre {{ background: #f7f7f7; padding: 1em; overflow-x: auto; }}
 </head>
 <body>
 <h1>{html.escape(title)}</h1>
-<p>Errors are relative L2 norms (nRMSE) per test trajectory and frame, in physical units, averaged over
-trajectories. Only predicted frames are scored; the true input frames never are.</p>
-<h2>Metrics</h2>
+<p>Test split, physical units. Only predicted frames are scored; the true input frames never are. Metrics
+follow the definitions of PDEBench (<code>metric_func</code>), The Well (VRMSE, binned spectral MSE) and
+APEBench (geometric mean of the nRMSE over the rollout); each is documented in
+<code>dynaforge.evaluate</code> with its source.</p>
+<h2>Summary</h2>
+{summary_table(metrics)}
+<h2>All metrics</h2>
 {metrics_table(metrics)}
-<p>Rollout nRMSE per step: {html.escape(per_step)}</p>
-<h2>Figures</h2>
-{figure_html}
+<h2>Error against rollout step</h2>
+{figures_html(figures.get("horizon", ()))}
+<details><summary>Values per rollout step</summary>
+{per_frame_table(metrics)}
+</details>
+<h3>The Well's time windows (mean over each window of rollout steps, 0-based, end excluded)</h3>
+{windows_table(metrics)}
+<h2>Physics diagnostics</h2>
+{physics_html(metrics)}
+{figures_html(figures.get("physics", ()))}
+<h2>Worst test samples</h2>
+{worst_table(metrics)}
+{figures_html(figures.get("worst", ()))}
+<h2>Sample trajectories</h2>
+{figures_html(figures.get("samples", ()))}
 <h2>Training</h2>
 <pre>{html.escape(json.dumps(dict(training), indent=2))}</pre>
 <h2>Configuration</h2>

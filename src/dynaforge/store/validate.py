@@ -32,7 +32,8 @@ def validate_dataset(root: str | Path, checksums: bool = True) -> Validation:
         manifest = read_manifest(root)
     except DatasetError as error:
         return Validation(False, [str(error)], [], {})
-    if not (root / CONFIG).exists():
+    converted = "source" in manifest  # converted from a PDEBench or The Well file: no dynaforge config
+    if not converted and not (root / CONFIG).exists():
         errors.append(f"{root / CONFIG} is missing")
     shape = manifest["shape"]
     listed = set()
@@ -84,6 +85,8 @@ def validate_dataset(root: str | Path, checksums: bool = True) -> Validation:
         "stats": manifest.get("stats"),
         "bytes": sum(r.get("bytes", 0) for r in manifest["shards"]),
     }
+    if converted:
+        summary["source"] = {k: manifest["source"].get(k) for k in ("format", "layout", "file", "fractions")}
     return Validation(not errors, errors, warnings, summary)
 
 
@@ -95,7 +98,8 @@ def check_shard(
         missing = [name for name in REQUIRED if name not in h5]
         if missing:
             raise KeyError(f"missing dataset(s) {missing}")
-        missing_attrs = [name for name in REQUIRED_ATTRS if name not in h5.attrs]
+        required = [n for n in REQUIRED_ATTRS if n != "config"] if "source" in h5.attrs else REQUIRED_ATTRS
+        missing_attrs = [name for name in required if name not in h5.attrs]
         if missing_attrs:
             raise KeyError(f"missing attribute(s) {missing_attrs}")
         n = record["stop"] - record["start"]

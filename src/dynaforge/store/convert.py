@@ -1,0 +1,153 @@
+"""`dynaforge convert`: a PDEBench or The Well file into a dataset folder of the store format.
+
+The folder holds the splits, arrays and train statistics that reading the file directly gives
+(`dynaforge.store.interop`), in shards like a generated dataset's. There is no config.yaml (no dynaforge
+config made the data); the manifest's `source` says where the data came from, and each shard carries it as
+its `source` attribute, with a `source_index` dataset (each sample's index in the file). Seeds are 0.
+
+Writes are atomic: every shard and record goes to a temporary file renamed into place, and the manifest,
+written last, is what makes the folder a dataset. A rerun of the same conversion into a complete folder
+does nothing; an interrupted one is redone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+import dynaforge
+from dynaforge.atomic import atomic_path, atomic_write_json, remove_stale_temporaries
+from dynaforge.store.format import (
+    AXIS_NAMES,
+    FORMAT_VERSION,
+    MANIFEST,
+    SPLITS,
+    ShardSpec,
+    file_sha256,
+    plan_shards,
+)
+from dynaforge.store.interop import DEFAULT_FRACTIONS, ForeignDataset
+from dynaforge.store.stats import ChannelMoments
+from dynaforge.store.writer import DatasetError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SHARD_SIZE = 256
+MARKER = ".conversion.json"
+"""Written first: the identity of the conversion in progress, so that a rerun can tell it is the same."""
+
+
+def convert(
+    path: str | Path,
+    out: str | Path,
+    format: str | None = None,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+) -> dict[str, Any]:
+    """Convert foreign file `path` into dataset folder `out`; returns the manifest."""
+    if shard_size < 1:
+        raise DatasetError(f"--shard-size must be >= 1, got {shard_size}")
+    dataset = ForeignDataset(path, format=format, fractions=fractions)
+    root = Path(out)
+    source = dataset.source() | {"sha256": file_sha256(dataset.root), "bytes": dataset.root.stat().st_size}
+    identity = {"source": {k: source[k] for k in ("format", "layout", "name", "sha256", "fractions")}}
+    existing = prepare_folder(root, identity)
+    if existing is not None:
+        log.info("%s already holds this conversion; nothing to do", root)
+        return existing
+    sizes = {split: dataset.split_size(split) for split in SPLITS}
+    shards = plan_shards(sizes, shard_size)
+    records = [write_shard(root, dataset, shard, source) for shard in shards]
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "dynaforge_version": dynaforge.__version__,
+        "system": dataset.system,
+        "identity": identity,
+        "source": source,
+        "splits": {
+            split: {"n_samples": sizes[split], "n_shards": sum(1 for s in shards if s.split == split)}
+            for split in SPLITS
+        },
+        "shape": dataset.manifest["shape"],
+        "complete": True,
+        "shards": [record | {"complete": True} for record in records],
+        "stats": dataset.stats,
+    }
+    atomic_write_json(root / MANIFEST, manifest)
+    (root / MARKER).unlink(missing_ok=True)
+    return manifest
+
+
+def prepare_folder(root: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """The manifest when `root` already holds this conversion; else make `root` ready (never overwriting
+    anything that is not an earlier attempt at the same conversion)."""
+    root.mkdir(parents=True, exist_ok=True)
+    manifest_path, marker = root / MANIFEST, root / MARKER
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        if manifest.get("identity") == identity and manifest.get("complete"):
+            return manifest
+        raise DatasetError(f"{root} already holds another dataset; choose an empty or new --out folder")
+    if marker.exists():
+        if json.loads(marker.read_text()) != identity:
+            raise DatasetError(f"{root} holds an unfinished conversion of another file; choose another --out")
+    elif any(p for p in root.iterdir() if not p.name.startswith(".")):
+        raise DatasetError(
+            f"{root} is not empty and holds no dynaforge dataset; choose an empty or new --out"
+        )
+    atomic_write_json(marker, identity)
+    for split in SPLITS:
+        remove_stale_temporaries(root / split)
+    return None
+
+
+def write_shard(
+    root: Path, dataset: ForeignDataset, shard: ShardSpec, source: dict[str, Any]
+) -> dict[str, Any]:
+    """One shard of the store format from samples [shard.start, shard.stop) of a split, and its record."""
+    fields = dataset.read_fields(shard.split, shard.start, shard.stop)
+    arrays = dataset.sample_arrays(fields)
+    layout = dataset.layout
+    final = root / shard.file
+    with atomic_path(final) as tmp:
+        with h5py.File(tmp, "w") as h5:
+            h5.attrs["format_version"] = FORMAT_VERSION
+            h5.attrs["dynaforge_version"] = dynaforge.__version__
+            h5.attrs["system"] = dataset.system
+            h5.attrs["split"] = shard.split
+            h5.attrs["start"] = shard.start
+            h5.attrs["stop"] = shard.stop
+            h5.attrs["source"] = json.dumps(source)
+            if len(layout.time) > 1:
+                h5.attrs["dt"] = float(layout.time[1] - layout.time[0])
+            h5.attrs["channel_names"] = list(layout.channel_names)
+            h5.attrs["axis_names"] = list(AXIS_NAMES[: len(layout.space)])
+            h5.create_dataset("fields", data=arrays.fields, chunks=(1, *arrays.fields.shape[1:]))
+            h5.create_dataset("params", data=arrays.params)
+            h5.create_dataset("param_names", data=np.asarray(arrays.param_names, dtype=h5py.string_dtype()))
+            h5.create_dataset("seeds", data=arrays.seeds)
+            h5.create_dataset("index", data=np.arange(shard.start, shard.stop, dtype=np.int64))
+            h5.create_dataset(
+                "source_index", data=dataset.source_indices(shard.split)[shard.start : shard.stop]
+            )
+            h5.create_dataset("time", data=arrays.time)
+            for axis, coords in arrays.coords.items():
+                h5.create_dataset(axis, data=coords)
+        record = {
+            "file": shard.file,
+            "split": shard.split,
+            "index": shard.index,
+            "start": shard.start,
+            "stop": shard.stop,
+            "bytes": tmp.stat().st_size,
+            "sha256": file_sha256(tmp),
+            "moments": ChannelMoments.of(fields).to_dict(),
+        }
+    atomic_write_json(root / shard.record, record)
+    return record

@@ -1,0 +1,64 @@
+"""What a foreign (PDEBench or The Well) HDF5 file holds, described before any field is read.
+
+Each reader (`dynaforge.store.pdebench`, `dynaforge.store.the_well`) turns an open file into a
+`ForeignLayout` and reads samples [start, stop) from it as a dynaforge fields array,
+(samples, time, *space, channels) float32, channels last (the stored layout of docs/format.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import h5py
+import numpy as np
+
+
+class ForeignLayout(NamedTuple):
+    """The shape and metadata of a foreign file's trajectories."""
+
+    format: str
+    """`pdebench` or `the_well`."""
+    layout: str
+    """How the file stores the fields: `tensor`, `cfd`, `groups` (PDEBench) or `the_well`."""
+    name: str
+    """The dataset's name: the file name's stem (PDEBench) or the `dataset_name` attribute (The Well)."""
+    n_samples: int
+    n_frames: int
+    space: tuple[int, ...]
+    """Grid points per spatial axis, in the fields' axis order."""
+    channel_names: tuple[str, ...]
+    time: np.ndarray
+    """(frames,) float64: the time of every frame."""
+    coords: dict[str, np.ndarray]
+    """Axis name (x, y, z) -> (points,) float64 grid coordinates, the same for every sample."""
+    param_names: tuple[str, ...]
+    params: np.ndarray
+    """(parameters,) float64: the file's physical parameters, the same for every sample."""
+    test_first: bool
+    """True when the source benchmark's loader takes its test split from the front of the file."""
+    details: dict[str, Any]
+    """JSON-able facts worth keeping: source dataset names, axis names, boundary conditions, dropped fields."""
+
+
+class ForeignFormat(NamedTuple):
+    """One foreign format: how to recognise, describe and read its files."""
+
+    recognises: Callable[[h5py.File], bool]
+    describe: Callable[[h5py.File, str], ForeignLayout]
+    """(open file, file stem) -> its layout."""
+    read: Callable[[h5py.File, ForeignLayout, int, int], np.ndarray]
+    """(open file, layout, start, stop) -> fields of samples [start, stop), float32, channels last."""
+
+
+def decode(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def string_list(value: Any) -> list[str]:
+    """An HDF5 attribute holding one string or a list of them, as a list of str."""
+    if value is None:
+        return []
+    if isinstance(value, str | bytes):
+        return [decode(value)]
+    return [decode(v) for v in np.asarray(value).ravel()]

@@ -1,0 +1,212 @@
+"""PDEBench HDF5 files (Takamoto et al. 2022; data at DaRUS, doi:10.18419/darus-2986): reader and tiny writers.
+
+Three layouts, as PDEBench's own loaders (`FNODatasetSingle`, `FNODatasetMult` in
+`pdebench/models/fno/utils.py`) read them:
+
+- `tensor`: one dataset `tensor` [N, T, X] (1D: advection, Burgers, reaction-diffusion) or [N, T, X, Y],
+  with `x-coordinate` [X] (`y-coordinate` [Y]) and `t-coordinate` [T + 1] (PDEBench stores one time more
+  than it has frames; the first T are the frames' times).
+- `cfd`: compressible Navier-Stokes, one dataset per field, `density`, `pressure`, `Vx` (`Vy`, `Vz`), each
+  [N, T, X(, Y, Z)], with `x-`/`y-`/`z-coordinate` and `t-coordinate`. Channels follow PDEBench's loader:
+  density, pressure, Vx, Vy, Vz.
+- `groups`: one group per sample (`0000`, `0001`, ...: 2D diffusion-reaction, shallow water, 1D
+  diffusion-sorption), each with `data` [T, X(, Y), C] and `grid/x` (`grid/y`), `grid/t`. Samples are the
+  groups in sorted name order, as PDEBench sorts them.
+
+Default test split, as PDEBench: `tensor` and `cfd` files give their first 10% of samples to the test set
+(`FNODatasetSingle`: `data[:int(N * test_ratio)]`), `groups` files their last 10% (`FNODatasetMult`:
+`keys[int(N * (1 - test_ratio)):]`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from dynaforge.store.foreign import ForeignFormat, ForeignLayout
+from dynaforge.store.format import AXIS_NAMES
+from dynaforge.store.writer import DatasetError
+
+CFD_FIELDS = ("density", "pressure", "Vx", "Vy", "Vz")
+"""The compressible-flow fields, in the channel order of PDEBench's loader."""
+COORDINATES = {"x": "x-coordinate", "y": "y-coordinate", "z": "z-coordinate"}
+TIME = "t-coordinate"
+
+
+def recognises(h5: h5py.File) -> bool:
+    return "tensor" in h5 or "density" in h5 or bool(sample_groups(h5))
+
+
+def sample_groups(h5: h5py.File) -> list[str]:
+    """Names of the per-sample groups (those holding `data`), sorted."""
+    return sorted(k for k in h5 if isinstance(h5[k], h5py.Group) and "data" in h5[k])
+
+
+def frame_times(times: np.ndarray | None, frames: int, where: str) -> np.ndarray:
+    """The frames' times: the first `frames` of `times` (PDEBench stores T + 1), or 0, 1, ... if absent."""
+    if times is None:
+        return np.arange(frames, dtype=np.float64)
+    times = np.asarray(times, dtype=np.float64).ravel()
+    if len(times) not in (frames, frames + 1):
+        raise DatasetError(
+            f"{where} has {len(times)} times for {frames} frames (expected {frames} or {frames + 1})"
+        )
+    return times[:frames]
+
+
+def axis_coordinates(
+    found: Mapping[str, np.ndarray | None], space: Sequence[int], where: str
+) -> dict[str, np.ndarray]:
+    """Coordinates per axis; an axis without any gets j / n (the unit interval, left end included)."""
+    coords = {}
+    for axis, n in zip(AXIS_NAMES, space):
+        values = found.get(axis)
+        if values is None:
+            coords[axis] = np.arange(n, dtype=np.float64) / n
+            continue
+        values = np.asarray(values, dtype=np.float64).ravel()
+        if len(values) != n:
+            raise DatasetError(f"{where}: {len(values)} {axis} coordinates for {n} grid points")
+        coords[axis] = values
+    return coords
+
+
+def optional(group: h5py.Group, name: str) -> np.ndarray | None:
+    return group[name][...] if name in group else None
+
+
+def describe(h5: h5py.File, stem: str) -> ForeignLayout:
+    if "tensor" in h5:
+        return describe_arrays(h5, stem, "tensor", ("tensor",))
+    if "density" in h5:
+        return describe_arrays(h5, stem, "cfd", tuple(n for n in CFD_FIELDS if n in h5))
+    groups = sample_groups(h5)
+    if groups:
+        return describe_groups(h5, stem, groups)
+    raise DatasetError(
+        f"{h5.filename} is not a PDEBench file: it has no `tensor`, no `density`/`Vx`/... fields and no "
+        f"per-sample groups with `data` (found: {sorted(h5)[:10]})"
+    )
+
+
+def describe_arrays(h5: h5py.File, stem: str, layout: str, names: tuple[str, ...]) -> ForeignLayout:
+    shape = h5[names[0]].shape
+    if len(shape) < 3:
+        raise DatasetError(f"{h5.filename}: `{names[0]}` is {shape}, expected [samples, time, x(, y, z)]")
+    for name in names:
+        if h5[name].shape != shape:
+            raise DatasetError(f"{h5.filename}: `{name}` is {h5[name].shape} but `{names[0]}` is {shape}")
+    space = tuple(int(n) for n in shape[2:])
+    found = {axis: optional(h5, key) for axis, key in COORDINATES.items()}
+    return ForeignLayout(
+        format="pdebench",
+        layout=layout,
+        name=stem,
+        n_samples=int(shape[0]),
+        n_frames=int(shape[1]),
+        space=space,
+        channel_names=("u",) if layout == "tensor" else names,
+        time=frame_times(optional(h5, TIME), int(shape[1]), f"{h5.filename}:{TIME}"),
+        coords=axis_coordinates(found, space, h5.filename),
+        param_names=(),
+        params=np.zeros(0, dtype=np.float64),
+        test_first=True,
+        details={"datasets": list(names)},
+    )
+
+
+def describe_groups(h5: h5py.File, stem: str, groups: list[str]) -> ForeignLayout:
+    first = h5[groups[0]]
+    shape = first["data"].shape  # (T, *space, C)
+    if len(shape) < 3:
+        raise DatasetError(f"{h5.filename}: `{groups[0]}/data` is {shape}, expected [time, x(, y), channels]")
+    space = tuple(int(n) for n in shape[1:-1])
+    grid = first.get("grid")
+    found = {axis: optional(grid, axis) if grid is not None else None for axis in COORDINATES}
+    channels = int(shape[-1])
+    return ForeignLayout(
+        format="pdebench",
+        layout="groups",
+        name=stem,
+        n_samples=len(groups),
+        n_frames=int(shape[0]),
+        space=space,
+        channel_names=("u",) if channels == 1 else tuple(f"u{c}" for c in range(channels)),
+        time=frame_times(
+            optional(grid, "t") if grid is not None else None,
+            int(shape[0]),
+            f"{h5.filename}:{groups[0]}/grid/t",
+        ),
+        coords=axis_coordinates(found, space, h5.filename),
+        param_names=(),
+        params=np.zeros(0, dtype=np.float64),
+        test_first=False,
+        details={"groups": [groups[0], groups[-1]], "group_order": "sorted by name"},
+    )
+
+
+def read(h5: h5py.File, layout: ForeignLayout, start: int, stop: int) -> np.ndarray:
+    """Samples [start, stop) as (n, T, *space, C) float32."""
+    if layout.layout == "tensor":
+        return np.asarray(h5["tensor"][start:stop], dtype=np.float32)[..., None]
+    if layout.layout == "cfd":
+        return np.stack(
+            [np.asarray(h5[name][start:stop], dtype=np.float32) for name in layout.channel_names], axis=-1
+        )
+    groups = sample_groups(h5)[start:stop]
+    expected = (layout.n_frames, *layout.space, len(layout.channel_names))
+    blocks = []
+    for key in groups:
+        data = h5[key]["data"]
+        if data.shape != expected:
+            raise DatasetError(
+                f"{h5.filename}: `{key}/data` is {data.shape}, the first sample's is {expected}"
+            )
+        blocks.append(np.asarray(data[...], dtype=np.float32))
+    return np.stack(blocks) if blocks else np.zeros((0, *expected), dtype=np.float32)
+
+
+PDEBENCH = ForeignFormat(recognises=recognises, describe=describe, read=read)
+
+
+# ---- tiny files in PDEBench's layouts, for tests (no downloads) ----------------------------------------
+
+
+def write_tensor_file(
+    path: str | Path, fields: np.ndarray, x: np.ndarray, t: np.ndarray, **coords: np.ndarray
+) -> None:
+    """A `tensor` file: fields [N, T, X(, Y)], `x-coordinate`, `t-coordinate` (give T + 1 times, as PDEBench),
+    and `y=...` for 2D."""
+    with h5py.File(path, "w") as h5:
+        h5.create_dataset("tensor", data=np.asarray(fields, dtype=np.float32))
+        h5.create_dataset("x-coordinate", data=np.asarray(x, dtype=np.float32))
+        for axis, values in coords.items():
+            h5.create_dataset(COORDINATES[axis], data=np.asarray(values, dtype=np.float32))
+        h5.create_dataset(TIME, data=np.asarray(t, dtype=np.float32))
+
+
+def write_cfd_file(
+    path: str | Path, fields: Mapping[str, np.ndarray], t: np.ndarray, **coords: np.ndarray
+) -> None:
+    """A compressible-flow file: one dataset per field name (`density`, `Vx`, ...), coordinates by axis."""
+    with h5py.File(path, "w") as h5:
+        for name, values in fields.items():
+            h5.create_dataset(name, data=np.asarray(values, dtype=np.float32))
+        for axis, values in coords.items():
+            h5.create_dataset(COORDINATES[axis], data=np.asarray(values, dtype=np.float32))
+        h5.create_dataset(TIME, data=np.asarray(t, dtype=np.float32))
+
+
+def write_groups_file(path: str | Path, data: np.ndarray, t: np.ndarray, **grid: np.ndarray) -> None:
+    """A per-sample-group file: data [N, T, *space, C] -> groups `0000/data` [T, *space, C], `grid/x`, ...,
+    `grid/t`."""
+    with h5py.File(path, "w") as h5:
+        for index, sample in enumerate(np.asarray(data, dtype=np.float32)):
+            group = h5.create_group(f"{index:04d}")
+            group.create_dataset("data", data=sample)
+            for axis, values in grid.items():
+                group.create_dataset(f"grid/{axis}", data=np.asarray(values, dtype=np.float32))
+            group.create_dataset("grid/t", data=np.asarray(t, dtype=np.float32))

@@ -1,0 +1,219 @@
+"""The Well HDF5 files (Ohana et al. 2024; `docs/data_format.md` of PolymathicAI/the_well): reader and a
+tiny writer.
+
+A file holds `n_trajectories` trajectories on a uniform grid (attributes `n_spatial_dims`,
+`n_trajectories`, `dataset_name`, `grid_type`, `simulation_parameters` with one attribute per parameter):
+
+- `dimensions`: `time` [T] and one coordinate dataset per name in its `spatial_dims` attribute;
+- `t0_fields`, `t1_fields`, `t2_fields`: scalar [N, T, *space], vector [N, T, *space, D] and tensor
+  [N, T, *space, D, D] fields, each with `time_varying`, `sample_varying` and `dim_varying` attributes (a field
+  that does not vary along an axis omits it);
+- `boundary_conditions`: one group per condition (`bc_type`, `associated_dims`, `mask`);
+- `scalars`: non-spatial quantities.
+
+dynaforge's channels are the time-varying fields, t0 first, then each vector's components, then each
+tensor's, in `field_names` order (as The Well's dataset stacks them); a vector `v` gives channels `v_x`,
+`v_y`, a tensor `s` gives `s_xx`, `s_xy`, ... Fields that do not vary in time (The Well's constant fields)
+are not channels: their names are kept in the manifest. The simulation parameters become every sample's
+parameters. A file is one split in The Well; read directly or converted it is cut into train, val and test
+in trajectory order (test last).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from dynaforge.store.foreign import ForeignFormat, ForeignLayout, decode, string_list
+from dynaforge.store.format import AXIS_NAMES
+from dynaforge.store.writer import DatasetError
+
+FIELD_GROUPS = ("t0_fields", "t1_fields", "t2_fields")
+
+
+def recognises(h5: h5py.File) -> bool:
+    return "dimensions" in h5 and any(group in h5 for group in FIELD_GROUPS)
+
+
+def field_names(group: h5py.Group) -> list[str]:
+    """The group's fields: those its `field_names` attribute lists (in that order), then any others."""
+    listed = [name for name in string_list(group.attrs.get("field_names")) if name in group]
+    return listed + sorted(name for name in group if name not in listed)
+
+
+def flag(dataset: h5py.Dataset, name: str) -> bool:
+    return bool(dataset.attrs.get(name, True))
+
+
+def field_channels(name: str, order: int, spatial: Sequence[str], trailing: Sequence[int]) -> list[str]:
+    """Channel names of a field of tensor order 0, 1 or 2: `p`; `v_x`, `v_y`; `s_xx`, `s_xy`, ..."""
+    if order == 0:
+        return [name]
+    count = math.prod(trailing)
+    components = ["".join(c) for c in itertools.product(spatial, repeat=order)]
+    if len(components) != count:
+        components = [str(i) for i in range(count)]
+    return [f"{name}_{c}" for c in components]
+
+
+def describe(h5: h5py.File, stem: str) -> ForeignLayout:
+    dimensions = h5["dimensions"]
+    spatial = string_list(dimensions.attrs.get("spatial_dims"))
+    n_dims = int(h5.attrs.get("n_spatial_dims", len(spatial)))
+    if len(spatial) != n_dims or any(name not in dimensions for name in spatial):
+        raise DatasetError(
+            f"{h5.filename}: `dimensions` lists spatial dims {spatial} but n_spatial_dims is {n_dims} "
+            f"(or a coordinate dataset is missing; found {sorted(dimensions)})"
+        )
+    if n_dims > len(AXIS_NAMES):
+        raise DatasetError(f"{h5.filename}: {n_dims} spatial dimensions; dynaforge reads up to 3")
+    coords_raw = [np.asarray(dimensions[name][...], dtype=np.float64) for name in spatial]
+    coords_raw = [c[0] if c.ndim == 2 else c for c in coords_raw]  # sample-varying: trajectory 0's
+    space = tuple(len(c) for c in coords_raw)
+    time = np.asarray(dimensions["time"][...], dtype=np.float64)
+    time = time[0] if time.ndim == 2 else time
+    channels, fields, constant = [], [], []
+    for order, group_name in enumerate(FIELD_GROUPS):
+        if group_name not in h5:
+            continue
+        group = h5[group_name]
+        for name in field_names(group):
+            dataset = group[name]
+            if not flag(dataset, "time_varying"):
+                constant.append(f"{group_name}/{name}")
+                continue
+            varying = np.asarray(dataset.attrs.get("dim_varying", [True] * n_dims), dtype=bool).ravel()
+            leading = int(flag(dataset, "sample_varying")) + 1 + int(varying.sum())
+            trailing = dataset.shape[leading:]
+            channels.extend(field_channels(name, order, spatial, trailing))
+            fields.append(f"{group_name}/{name}")
+    if not channels:
+        raise DatasetError(f"{h5.filename}: no time-varying field in {', '.join(FIELD_GROUPS)}")
+    parameters = [p for p in string_list(h5.attrs.get("simulation_parameters")) if p in h5.attrs]
+    numeric = [p for p in parameters if np.asarray(h5.attrs[p]).size == 1]
+    return ForeignLayout(
+        format="the_well",
+        layout="the_well",
+        name=decode(h5.attrs.get("dataset_name", stem)),
+        n_samples=int(h5.attrs.get("n_trajectories", h5[fields[0]].shape[0])),
+        n_frames=len(time),
+        space=space,
+        channel_names=tuple(channels),
+        time=time,
+        coords={axis: c for axis, c in zip(AXIS_NAMES, coords_raw)},
+        param_names=tuple(numeric),
+        params=np.asarray([float(np.asarray(h5.attrs[p]).ravel()[0]) for p in numeric], dtype=np.float64),
+        test_first=False,
+        details={
+            "spatial_dims": spatial,
+            "grid_type": decode(h5.attrs.get("grid_type", "cartesian")),
+            "fields": fields,
+            "constant_fields": constant,
+            "boundary_conditions": boundary_conditions(h5),
+            "scalars": field_names(h5["scalars"]) if "scalars" in h5 else [],
+        },
+    )
+
+
+def boundary_conditions(h5: h5py.File) -> dict[str, Any]:
+    if "boundary_conditions" not in h5:
+        return {}
+    return {
+        name: {
+            "bc_type": decode(group.attrs.get("bc_type", "")),
+            "associated_dims": string_list(group.attrs.get("associated_dims")),
+        }
+        for name, group in h5["boundary_conditions"].items()
+    }
+
+
+def read(h5: h5py.File, layout: ForeignLayout, start: int, stop: int) -> np.ndarray:
+    """Trajectories [start, stop) as (n, T, *space, C) float32."""
+    n = stop - start
+    blocks = []
+    for path in layout.details["fields"]:
+        dataset = h5[path]
+        values = dataset[start:stop] if flag(dataset, "sample_varying") else dataset[...][None]
+        varying = np.asarray(dataset.attrs.get("dim_varying", [True] * len(layout.space)), dtype=bool).ravel()
+        for axis, present in enumerate(varying):
+            if not present:  # a field constant along this axis omits it: broadcast it back
+                values = np.expand_dims(values, 2 + axis)
+        trailing = values.shape[2 + len(layout.space) :]
+        values = np.broadcast_to(values, (n, layout.n_frames, *layout.space, *trailing))
+        blocks.append(np.asarray(values, dtype=np.float32).reshape(n, layout.n_frames, *layout.space, -1))
+    return np.concatenate(blocks, axis=-1)
+
+
+THE_WELL = ForeignFormat(recognises=recognises, describe=describe, read=read)
+
+
+# ---- a tiny file in The Well's layout, for tests (no downloads) ----------------------------------------
+
+
+def write_well_file(
+    path: str | Path,
+    fields: Mapping[str, np.ndarray],
+    time: np.ndarray,
+    coords: Mapping[str, np.ndarray],
+    parameters: Mapping[str, float] | None = None,
+    constant_fields: Mapping[str, np.ndarray] | None = None,
+    bc_type: str = "PERIODIC",
+    dataset_name: str = "tiny_well",
+) -> None:
+    """A file in The Well's format. `fields` maps `t0_fields/name`, `t1_fields/name` or `t2_fields/name` to
+    arrays [N, T, *space(, D(, D))]; `constant_fields` the same without T; `coords` axis name -> [n]."""
+    parameters = dict(parameters or {})
+    spatial = list(coords)
+    first = next(iter(fields.values()))
+    with h5py.File(path, "w") as h5:
+        h5.attrs["dataset_name"] = dataset_name
+        h5.attrs["grid_type"] = "cartesian"
+        h5.attrs["n_spatial_dims"] = len(spatial)
+        h5.attrs["n_trajectories"] = first.shape[0]
+        h5.attrs["simulation_parameters"] = list(parameters)
+        for name, value in parameters.items():
+            h5.attrs[name] = value
+        dimensions = h5.create_group("dimensions")
+        dimensions.attrs["spatial_dims"] = spatial
+        dimensions.create_dataset("time", data=np.asarray(time, dtype=np.float32))
+        dimensions["time"].attrs["sample_varying"] = False
+        for name, values in coords.items():
+            dimensions.create_dataset(name, data=np.asarray(values, dtype=np.float32))
+            dimensions[name].attrs["sample_varying"] = False
+            dimensions[name].attrs["time_varying"] = False
+        conditions = h5.create_group("boundary_conditions")
+        for name, values in coords.items():
+            condition = conditions.create_group(f"{name}_periodic")
+            condition.attrs["associated_dims"] = [name]
+            condition.attrs["associated_fields"] = []
+            condition.attrs["bc_type"] = bc_type
+            condition.attrs["sample_varying"] = False
+            condition.attrs["time_varying"] = False
+            mask = np.zeros(len(values), dtype=bool)
+            mask[[0, -1]] = True
+            condition.create_dataset("mask", data=mask)
+        scalars = h5.create_group("scalars")
+        scalars.attrs["field_names"] = list(parameters)
+        for name, value in parameters.items():
+            scalars.create_dataset(name, data=np.asarray([value], dtype=np.float32))
+            scalars[name].attrs["sample_varying"] = False
+            scalars[name].attrs["time_varying"] = False
+        for group_name in FIELD_GROUPS:
+            group = h5.create_group(group_name)
+            names = []
+            for key, values in {**fields, **(constant_fields or {})}.items():
+                if not key.startswith(f"{group_name}/"):
+                    continue
+                name = key.split("/", 1)[1]
+                names.append(name)
+                dataset = group.create_dataset(name, data=np.asarray(values, dtype=np.float32))
+                dataset.attrs["dim_varying"] = [True] * len(spatial)
+                dataset.attrs["sample_varying"] = True
+                dataset.attrs["time_varying"] = key in fields
+            group.attrs["field_names"] = names
