@@ -1070,6 +1070,8 @@ def _expand_range_shorthand(cls: type, data: Any) -> Any:
     result = dict(data)
     for key, value in data.items():
         hint = hints.get(key)
+        if SystemConfig in typing.get_args(hint):  # `system` (SystemConfig | NBodyConfig): chosen by name
+            hint = SystemConfig
         if hint is Range and isinstance(value, int | float) and not isinstance(value, bool):
             result[key] = {"low": float(value), "high": float(value)}
         elif dataclasses.is_dataclass(hint):
@@ -1101,7 +1103,7 @@ def _convert(hint: Any, value: Any, path: str, default: Any = None) -> Any:
             return None
         options = [a for a in args if a is not type(None)]
         if SystemConfig in options:  # the system section picks its dataclass by `name` (see _build)
-            return _build(SystemConfig, value, path)
+            return _build(SystemConfig, value, path, default if dataclasses.is_dataclass(default) else None)
         errors = []
         for option in options:
             try:
