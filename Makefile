@@ -31,7 +31,7 @@ lint: $(STAMP)
 # Peers used only as baselines (exponax, neuraloperator) live in their own environment.
 bench-env: $(BENCH_STAMP)
 
-$(BENCH_STAMP): pyproject.toml $(CONSTRAINTS) constraints/bench.txt
+$(BENCH_STAMP): pyproject.toml $(CONSTRAINTS) constraints/bench.txt benchmarks/requirements.txt
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(PIP_ENV) $(BENCH_VENV)/bin/python -m pip install -q -c $(CONSTRAINTS) -c constraints/bench.txt -e '.[tune,export]'
 	$(PIP_ENV) $(BENCH_VENV)/bin/python -m pip install -q -c $(CONSTRAINTS) -c constraints/bench.txt -r benchmarks/requirements.txt

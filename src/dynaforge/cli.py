@@ -19,11 +19,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if not args.quiet else logging.WARNING, format="%(levelname)s %(message)s"
     )
+    from dynaforge.runs import RunError
     from dynaforge.store import DatasetError
 
     try:
         return int(args.handler(args) or 0)
-    except (ConfigError, DatasetError, FileNotFoundError) as error:
+    except (ConfigError, DatasetError, RunError, FileNotFoundError) as error:
         # Expected failures (a bad config, a bad dataset) get one clear line, not a traceback.
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -49,6 +50,24 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
     inspect.add_argument("--no-checksums", action="store_true", help="skip SHA-256 verification (faster)")
     inspect.set_defaults(handler=run_inspect)
+
+    train = verbs.add_parser("train", help="train a surrogate on a dataset folder into a run folder")
+    add_config_arguments(train)
+    train.add_argument("--data", required=True, help="dataset folder (from `dynaforge generate`)")
+    train.add_argument("--out", required=True, help="run folder to create")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(handler=run_train)
+
+    evaluate = verbs.add_parser("evaluate", help="score a run on the test split; writes RUN/eval/")
+    evaluate.add_argument("run", help="run folder (from `dynaforge train`)")
+    evaluate.add_argument("--data", default=None, help="dataset folder (default: the one trained on)")
+    evaluate.set_defaults(handler=run_evaluate)
+
+    run = verbs.add_parser("run", help="generate, train and evaluate from one config (skips finished stages)")
+    add_config_arguments(run)
+    run.add_argument("--out", required=True, help="root folder: ROOT/data, ROOT/run")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.set_defaults(handler=run_run)
     add_nbody_parser(verbs)
     return parser
 
@@ -174,6 +193,40 @@ def run_inspect(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
         print("valid" if result.ok else f"INVALID: {len(result.errors)} problem(s)")
     return 0 if result.ok else 1
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from dynaforge.train import train
+
+    config = load_config(args.config, args.overrides)
+    summary = train(config, args.data, args.out, progress=False if args.no_progress else None)
+    print(f"{summary.run}: {summary.epochs} epochs, best validation loss {summary.best_val_loss:.4e}")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from dynaforge.evaluate import evaluate
+
+    result = evaluate(args.run, args.data)
+    print_evaluation(result.metrics)
+    print(f"report: {result.report}")
+    return 0
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from dynaforge.pipeline import run_pipeline
+
+    config = load_config(args.config, args.overrides)
+    report = run_pipeline(config, args.out, progress=False if args.no_progress else None)
+    print_evaluation(json.loads((report.parent / "metrics.json").read_text()))
+    print(f"report: {report}")
+    return 0
+
+
+def print_evaluation(metrics: dict) -> None:
+    rollout = metrics["rollout_nrmse"]
+    print(f"test one-step nRMSE        {metrics['one_step_nrmse']:.4e}")
+    print(f"test rollout nRMSE, step {len(rollout):<3d} {rollout[-1]:.4e}")
 
 
 def format_summary(summary: dict) -> str:

@@ -59,11 +59,14 @@ class Range:
 class InitialConfig:
     """Initial conditions. Each sample picks a family by weight, draws a field, then normalises it.
 
-    Families (1D and up):
+    Families (1D and up; the last four are in `dynaforge.systems.initial`):
     - `fourier`: sum over wavenumbers m = 1..max_wavenumber of a_m sin(2 pi m x / L + phi_m) per axis,
       a_m ~ U(-1, 1), phi_m ~ U(0, 2 pi).
     - `grf`: a Gaussian random field with squared-exponential covariance exp(-r^2 / (2 l^2)),
       l = length_scale * L, synthesised in Fourier space with random complex Gaussian coefficients.
+    - `multiscale`: a sum of `octaves` band-limited noises, band j holding |m| in [2^j, 2^(j+1)), equal variance.
+    - `blobs`: 1..n_blobs periodic Gaussian bumps of random sign, centre and radius (~ blob_radius L).
+    - `stripes`: a plane wave sin(2 pi m.x / L + phi) with a random integer direction m, |m_i| <= max.
 
     Normalisation (`normalize`): `max` scales so that max |u0| = amplitude; `std` so that the spatial
     standard deviation equals amplitude (unit variance with amplitude 1); `none` only multiplies the draw by amplitude.
@@ -82,6 +85,14 @@ class InitialConfig:
     """Target of the normalisation."""
     zero_mean: bool = False
     """Remove the spatial mean before normalising."""
+    n_blobs: int = 6
+    """`blobs`: largest number of Gaussian bumps (each field draws 1..n_blobs, signs random)."""
+    blob_radius: float = 0.08
+    """`blobs`: mean bump radius as a fraction of the domain length."""
+    max_stripe_wavenumber: int = 6
+    """`stripes`: highest wavenumber of the plane wave's random integer direction."""
+    octaves: int = 4
+    """`multiscale`: number of dyadic bands of band-limited noise, each with equal variance."""
 
     def __post_init__(self) -> None:
         if (
@@ -94,6 +105,8 @@ class InitialConfig:
             raise ConfigError(f"max_wavenumber must be >= 1, got {self.max_wavenumber}")
         if self.length_scale <= 0:
             raise ConfigError(f"length_scale must be > 0, got {self.length_scale}")
+        if self.n_blobs < 1 or self.blob_radius <= 0 or self.max_stripe_wavenumber < 1 or self.octaves < 1:
+            raise ConfigError("n_blobs, max_stripe_wavenumber and octaves must be >= 1, blob_radius > 0")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -108,6 +121,8 @@ class SystemConfig:
     """Which system: one of `dynaforge.systems.SYSTEMS`."""
     resolution: int = 256
     """Grid points per axis."""
+    ndim: int = 1
+    """Spatial dimensions (1, 2 or 3; each system lists the ones it supports)."""
     domain_length: Range = field(default_factory=lambda: Range(1.0, 1.0))
     """Length L of the periodic domain (per sample)."""
     dt: float = 0.01
@@ -124,6 +139,8 @@ class SystemConfig:
     """Initial-condition families and normalisation."""
 
     def __post_init__(self) -> None:
+        if self.ndim not in (1, 2, 3):
+            raise ConfigError(f"ndim must be 1, 2 or 3, got {self.ndim}")
         if self.resolution < 4:
             raise ConfigError(f"resolution must be >= 4, got {self.resolution}")
         if self.dt <= 0:
@@ -333,12 +350,225 @@ class NBodyConfig:
         return tuple(names)
 
 
+# ---- 2D systems ----------------------------------------------------------------------------------
+
+
+@dataclass
+class NavierStokesConfig(SystemConfig):
+    """Incompressible Navier-Stokes in vorticity form on [0, L)^2:
+
+    w_t + u . grad(w) = nu laplacian(w) - drag w + f,  u = (psi_y, -psi_x),  laplacian(psi) = -w,
+    with Kolmogorov forcing f = -A k_f cos(k_f y), the curl of the body force (A sin(k_f y), 0),
+    k_f = 2 pi forcing_wavenumber / L.
+    """
+
+    name: str = "navier_stokes"
+    ndim: int = 2
+    resolution: int = 128
+    domain_length: Range = field(default_factory=lambda: Range(2 * 3.141592653589793, 2 * 3.141592653589793))
+    dt: float = 0.01
+    viscosity: Range = field(default_factory=lambda: Range(1e-3, 1e-3))
+    """Kinematic viscosity nu."""
+    drag: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    """Linear (Rayleigh) drag coefficient; 0 switches it off."""
+    forcing_amplitude: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    """Amplitude A of the Kolmogorov body force; 0 switches it off."""
+    forcing_wavenumber: int = 4
+    """Integer wavenumber of the Kolmogorov forcing along y."""
+
+
+@dataclass
+class GrayScottConfig(SystemConfig):
+    """Gray-Scott reaction-diffusion, channels (u, v):
+
+    u_t = D_u laplacian(u) - u v^2 + F (1 - u),  v_t = D_v laplacian(v) + u v^2 - (F + k) v.
+    Defaults follow Pearson (1993): L = 2.5, D_u = 2e-5, D_v = 1e-5, dt = 1, with (F, k) = (0.03, 0.055),
+    where spots and stripes persist (at many (F, k) the pattern dies out to the trivial state u = 1, v = 0).
+    """
+
+    name: str = "gray_scott"
+    ndim: int = 2
+    resolution: int = 128
+    domain_length: Range = field(default_factory=lambda: Range(2.5, 2.5))
+    dt: float = 1.0
+    steps: int = 1000
+    save_every: int = 10
+    feed: Range = field(default_factory=lambda: Range(0.03, 0.03))
+    """Feed rate F."""
+    kill: Range = field(default_factory=lambda: Range(0.055, 0.055))
+    """Kill rate k."""
+    diffusion_u: Range = field(default_factory=lambda: Range(2e-5, 2e-5))
+    """Diffusion coefficient of u."""
+    diffusion_v: Range = field(default_factory=lambda: Range(1e-5, 1e-5))
+    """Diffusion coefficient of v."""
+    initial: InitialConfig = field(default_factory=lambda: InitialConfig(families={"blobs": 1.0}))
+
+
+@dataclass
+class KS2DConfig(SystemConfig):
+    """Kuramoto-Sivashinsky in its scalar (gradient) form, any dimension:
+    h_t + laplacian(h) + laplacian^2(h) + |grad h|^2 / 2 = 0."""
+
+    name: str = "ks2d"
+    ndim: int = 2
+    resolution: int = 64
+    domain_length: Range = field(default_factory=lambda: Range(32.0, 32.0))
+    dt: float = 0.05
+    steps: int = 400
+
+
+# ---- random neural operators ------------------------------------------------------------------------
+
+
+@dataclass
+class ParameterSpec:
+    """One dimension of a sampled parameter space; a unit-cube coordinate q in [0, 1) maps to a value.
+
+    - `int`: integers low..high inclusive, equal mass each (floor(low + q (high - low + 1))).
+    - `real`: low + q (high - low), or log-uniform when `log`.
+    - `choice`: one of `choices` (name -> weight), by inverse CDF over the weights in the listed order.
+    - `bool`: true when q < probability.
+    """
+
+    kind: Literal["int", "real", "choice", "bool"] = "real"
+    """Type of the parameter."""
+    low: float = 0.0
+    """`int`/`real`: smallest value."""
+    high: float = 1.0
+    """`int`/`real`: largest value."""
+    log: bool = False
+    """`real`: log-uniform (needs low > 0)."""
+    choices: dict[str, float] = field(default_factory=dict)
+    """`choice`: option -> weight (non-negative, positive sum)."""
+    probability: float = 0.5
+    """`bool`: probability of true."""
+
+    def __post_init__(self) -> None:
+        if self.kind in ("int", "real") and self.low > self.high:
+            raise ConfigError(f"low ({self.low}) must not exceed high ({self.high})")
+        if self.kind == "int" and (self.low != int(self.low) or self.high != int(self.high)):
+            raise ConfigError(f"an int parameter needs integer bounds, got [{self.low}, {self.high}]")
+        if self.kind == "real" and self.log and self.low <= 0:
+            raise ConfigError(f"a log-scaled parameter needs low > 0, got {self.low}")
+        if self.kind == "choice" and (
+            not self.choices or any(w < 0 for w in self.choices.values()) or sum(self.choices.values()) <= 0
+        ):
+            raise ConfigError(
+                f"a choice needs options with non-negative weights, positive sum: {self.choices}"
+            )
+        if self.kind == "bool" and not 0.0 <= self.probability <= 1.0:
+            raise ConfigError(f"probability must be in [0, 1], got {self.probability}")
+
+
+def _int_spec(low: int, high: int) -> ParameterSpec:
+    return ParameterSpec(kind="int", low=float(low), high=float(high))
+
+
+def _choice_spec(**weights: float) -> ParameterSpec:
+    return ParameterSpec(kind="choice", choices=dict(weights))
+
+
+def _real_spec(low: float, high: float, log: bool = False) -> ParameterSpec:
+    return ParameterSpec(kind="real", low=low, high=high, log=log)
+
+
+@dataclass
+class OperatorSpace:
+    """The parameter space of random CNN operators; each field is one Sobol dimension, in this order.
+
+    An operator is: stem conv (C -> stem_width, then activation); `depth` layers, layer l a
+    kernel_size x kernel_size conv to min(stem_width * 2^(l+1), width_cap) channels, normalisation,
+    activation (a `residual` block adds its input back when the width is unchanged); a 1x1 conv back to C;
+    plus Gaussian noise of std noise_scale per output value. See `dynaforge.systems.random_cnn`.
+    """
+
+    depth: ParameterSpec = field(default_factory=lambda: _int_spec(2, 3))
+    """Number of hidden conv layers after the stem (2..N)."""
+    stem_width: ParameterSpec = field(default_factory=lambda: _choice_spec(**{"16": 1.0, "32": 1.0}))
+    """Channels after the stem."""
+    width_cap: ParameterSpec = field(default_factory=lambda: _choice_spec(**{"64": 1.0}))
+    """Largest hidden width (layers double the width until they reach it)."""
+    kernel_size: ParameterSpec = field(default_factory=lambda: _choice_spec(**{"3": 2.0, "5": 1.0}))
+    """Odd spatial kernel size of the stem and hidden convs (periodic padding)."""
+    block: ParameterSpec = field(default_factory=lambda: _choice_spec(conv=1.0, residual=1.0))
+    """Hidden layer type: `conv` or `residual`."""
+    norm: ParameterSpec = field(default_factory=lambda: _choice_spec(instance=1.0, group=1.0))
+    """Normalisation after each hidden conv: `instance`, or `group` (groups of 8 channels)."""
+    activation: ParameterSpec = field(default_factory=lambda: _choice_spec(gelu=1.0, silu=1.0, relu=1.0))
+    """Activation: `gelu`, `silu`, `relu` or `tanh`."""
+    weight_gain: ParameterSpec = field(default_factory=lambda: _real_spec(0.5, 2.0, log=True))
+    """Scale of the weights relative to a unit-variance (fan-in) initialisation."""
+    noise_scale: ParameterSpec = field(default_factory=lambda: _real_spec(1e-3, 1e-1, log=True))
+    """Standard deviation of the additive Gaussian noise on the operator output."""
+    policy: ParameterSpec = field(
+        default_factory=lambda: _choice_spec(autoregressive=1.0, residual=1.0, convex=1.0)
+    )
+    """Update: `autoregressive` x <- O(x), `residual` x <- x + dt O(x), `convex` x <- a x + (1 - a) O(x)."""
+    residual_dt: ParameterSpec = field(default_factory=lambda: _real_spec(0.05, 0.5, log=True))
+    """dt of the residual policy."""
+    convex_alpha: ParameterSpec = field(default_factory=lambda: _real_spec(0.5, 0.95))
+    """a of the convex policy."""
+
+
+@dataclass
+class RandomCNNConfig(SystemConfig):
+    """Random neural operators: each sampled operator (a stochastic CNN) is iterated from an initial field.
+
+    Trajectories are stored operator by operator, `realizations` consecutive rows each (same operator,
+    same initial field, independent noise). `n_train`/`n_val`/`n_test` and `shard_size` count rows and
+    must be multiples of `realizations`. `dt` only labels the frames (the residual policy has its own).
+    `order` and `domain_length` are unused but for the grid coordinates.
+    """
+
+    name: str = "random_cnn"
+    ndim: int = 2
+    resolution: int = 64
+    dt: float = 1.0
+    steps: int = 64
+    channels: int = 3
+    """Channels of the state (the operator maps C channels to C channels)."""
+    realizations: int = 3
+    """Stochastic realizations (noise streams) per operator."""
+    space: OperatorSpace = field(default_factory=OperatorSpace)
+    """The sampled parameter space (scrambled Sobol points)."""
+    initial: InitialConfig = field(
+        default_factory=lambda: InitialConfig(
+            families={"grf": 1.0, "multiscale": 1.0, "blobs": 1.0, "stripes": 1.0}, normalize="std"
+        )
+    )
+    precision: Literal["bfloat16", "float32"] = "bfloat16"
+    """Precision of the convolutions (the state and the noise stay float32)."""
+    channels_last: bool = True
+    """Run convolutions in channels-last layout (fastest for bf16 on CPU)."""
+    max_group: int = 16
+    """Most operators of one architecture batched into one grouped convolution."""
+    memory_budget_gb: float = 4.0
+    """Memory a group's activations and trajectory buffer may use; bigger groups are split."""
+    features: bool = False
+    """Also compute per-trajectory summary features (stored as `features` with `feature_names`)."""
+    spectrum_bins: int = 8
+    """Radial bins of the power-spectrum features."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ndim != 2:
+            raise ConfigError(f"random_cnn runs in 2D only (ndim=2), got ndim={self.ndim}")
+        if self.channels < 1 or self.realizations < 1 or self.max_group < 1 or self.spectrum_bins < 1:
+            raise ConfigError("channels, realizations, max_group and spectrum_bins must be >= 1")
+        if self.memory_budget_gb <= 0:
+            raise ConfigError(f"memory_budget_gb must be > 0, got {self.memory_budget_gb}")
+
+
 # The PDE systems share SystemConfig; the N-body system has bodies instead of a grid (NBodyConfig).
 SYSTEM_CONFIGS: dict[str, type[SystemConfig] | type[NBodyConfig]] = {
     "heat": HeatConfig,
     "advection": AdvectionConfig,
     "burgers": BurgersConfig,
     "ks": KSConfig,
+    "navier_stokes": NavierStokesConfig,
+    "gray_scott": GrayScottConfig,
+    "ks2d": KS2DConfig,
+    "random_cnn": RandomCNNConfig,
     "nbody": NBodyConfig,
 }
 
@@ -378,6 +608,162 @@ class DatasetConfig:
 
 
 # --------------------------------------------------------------------------------------------------
+# Training windows, models, training, evaluation
+
+
+@dataclass
+class DataConfig:
+    """Training windows cut from a dataset folder, and how they are batched.
+
+    A window is `history` input frames followed by the frames the model must predict, all `stride` stored
+    frames apart. Fields are normalised per channel with the train split's mean and standard deviation.
+    """
+
+    history: int = 1
+    """Input frames the model sees per call."""
+    horizon: int = 1
+    """Frames the model predicts per call."""
+    stride: int = 1
+    """Take every `stride`-th stored frame (the model's time step is stride x the stored frame spacing)."""
+    batch_size: int = 32
+    """Windows per optimiser step (and per evaluation batch)."""
+    num_workers: int = 0
+    """DataLoader worker processes; 0 reads in the main process (the splits are held in memory)."""
+    pin_memory: bool | None = None
+    """Page-locked host batches for fast copies to a GPU; null means yes when training on CUDA."""
+    start_method: Literal["forkserver", "spawn", "fork"] = "forkserver"
+    """How DataLoader workers start; `fork` is unsafe with threads, CUDA or open HDF5 files."""
+
+    def __post_init__(self) -> None:
+        for name in ("history", "horizon", "stride", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_workers < 0:
+            raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+
+
+@dataclass
+class ModelConfig:
+    """A neural surrogate: `history` normalised frames in, the next `horizon` frames out.
+
+    The section is chosen by its `name` (one of `dynaforge.models.MODELS`); each model has its own fields.
+    """
+
+    name: str = "fno"
+    """Which model: one of `dynaforge.models.MODELS`."""
+    residual: bool = True
+    """Predict the change from the last input frame rather than the frames themselves."""
+
+
+@dataclass
+class FNOConfig(ModelConfig):
+    """Fourier neural operator: lift, `layers` spectral blocks, project (Li et al. 2021)."""
+
+    name: str = "fno"
+    width: int = 32
+    """Channels of the hidden representation."""
+    modes: int = 16
+    """Fourier modes kept per axis in every spectral convolution (at most n // 2 + 1)."""
+    layers: int = 4
+    """Spectral blocks."""
+    projection: int = 64
+    """Hidden channels of the output projection."""
+
+    def __post_init__(self) -> None:
+        for name in ("width", "modes", "layers", "projection"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class UNetConfig(ModelConfig):
+    """A small U-Net with periodic (circular) padding: `levels` resolutions, channels doubling per level."""
+
+    name: str = "unet"
+    channels: int = 16
+    """Channels at the finest level."""
+    levels: int = 3
+    """Resolutions (the finest included); each coarser level halves the grid."""
+    kernel_size: int = 3
+    """Odd width of every convolution kernel."""
+
+    def __post_init__(self) -> None:
+        if self.channels < 1 or self.levels < 1:
+            raise ConfigError(f"channels and levels must be >= 1, got {self.channels} and {self.levels}")
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise ConfigError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
+
+
+MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
+    "fno": FNOConfig,
+    "unet": UNetConfig,
+}
+
+
+@dataclass
+class TrainConfig:
+    """The training loop: AdamW, linear warmup then cosine decay, validation and checkpoints every epoch."""
+
+    epochs: int = 10
+    """Passes over the training windows."""
+    lr: float = 1e-3
+    """Peak learning rate (reached at the end of the warmup)."""
+    min_lr_ratio: float = 0.0
+    """Learning rate at the end of the cosine decay, as a fraction of `lr`."""
+    warmup_fraction: float = 0.05
+    """Share of all optimiser steps spent warming the learning rate up linearly from zero."""
+    weight_decay: float = 1e-4
+    """AdamW decoupled weight decay (never applied to biases and other 1D parameters)."""
+    grad_clip: float | None = 1.0
+    """Clip the global gradient norm to this value; null disables clipping (the norm is logged anyway)."""
+    loss: Literal["mse", "relative_l2"] = "mse"
+    """Training loss on normalised frames: mean squared error or relative L2 per sample."""
+    rollout_steps: int = 1
+    """Model calls unrolled autoregressively per window; the loss covers every predicted frame."""
+    log_every: int = 50
+    """Optimiser steps per logging window (one line of metrics.jsonl)."""
+    seed: int = 0
+    """Seed of the weight initialisation and the data order."""
+    device: str = "auto"
+    """Where to train: `cpu`, `cuda`, `cuda:1` or `auto`."""
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.rollout_steps < 1 or self.log_every < 1:
+            raise ConfigError("epochs, rollout_steps and log_every must be >= 1")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ConfigError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ConfigError(f"grad_clip must be > 0 or null, got {self.grad_clip}")
+
+
+@dataclass
+class EvaluateConfig:
+    """Autoregressive rollouts on the test split, scored in physical (denormalised) units."""
+
+    rollout_frames: int = 20
+    """Frames predicted autoregressively from the true initial `history` frames of each test trajectory."""
+    start_frame: int = 0
+    """Stored frame at which the rollout's input frames begin."""
+    checkpoint: Literal["best", "last"] = "best"
+    """Which checkpoint of the run to evaluate."""
+    plot_samples: int = 3
+    """Test trajectories drawn as truth / prediction / error space-time images."""
+    device: str = "auto"
+    """Where to evaluate: `cpu`, `cuda`, `cuda:1` or `auto`."""
+
+    def __post_init__(self) -> None:
+        if self.rollout_frames < 1:
+            raise ConfigError(f"rollout_frames must be >= 1, got {self.rollout_frames}")
+        if self.start_frame < 0 or self.plot_samples < 0:
+            raise ConfigError("start_frame and plot_samples must be >= 0")
+
+
 # The learned N-body step controller
 
 
@@ -519,6 +905,14 @@ class Config:
     """The ground-truth simulator and its parameter ranges."""
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     """Sizes, sharding and seeds of the generated dataset."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Training windows, normalisation and batching."""
+    model: ModelConfig = field(default_factory=FNOConfig)
+    """The neural surrogate (chosen by `model.name`)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """The training loop."""
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    """Rollouts, metrics and the report on the test split."""
     timestepper: TimestepperConfig = field(default_factory=TimestepperConfig)
     """The learned N-body step controller and its training."""
 
@@ -539,6 +933,8 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"override {item!r} is not of the form key.sub=value")
     try:
+        # A Range written as a plain number is expanded first, so that `x.low=...` can override it.
+        base = OmegaConf.create(_expand_range_shorthand(Config, OmegaConf.to_container(base)))
         merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
         data = OmegaConf.to_container(merged, resolve=True)
     except OmegaConfBaseException as error:
@@ -594,20 +990,29 @@ def resolve_device(name: str) -> str:
 # Dataclass construction with key checking
 
 
-def _build(cls: type, data: Any, path: str) -> Any:
+def _build(cls: type, data: Any, path: str, default: Any = None) -> Any:
+    """Instantiate dataclass `cls` from `data`; keys absent from `data` come from `default` (an instance)."""
     if cls is Range and isinstance(data, int | float) and not isinstance(data, bool):
         return Range(float(data), float(data))
     if not isinstance(data, Mapping):
         raise ConfigError(f"{_where(path)} must be a mapping of keys to values, got {data!r}")
     if cls is SystemConfig or (isinstance(cls, type) and issubclass(cls, SystemConfig) and "name" in data):
         cls = _system_class(data, path)
+    elif cls is ModelConfig or (isinstance(cls, type) and issubclass(cls, ModelConfig) and "name" in data):
+        cls = _model_class(data, path)
+    if default is not None and type(default) is not cls:
+        default = None
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     kwargs = {}
     for key, value in data.items():
         if key not in names:
             raise ConfigError(_unknown_key_message(str(key), names, path))
-        kwargs[key] = _convert(hints[key], value, _join(path, key))
+        field_default = _field_default(cls, key) if default is None else getattr(default, key)
+        kwargs[key] = _convert(hints[key], value, _join(path, key), field_default)
+    if default is not None:
+        for name in names:
+            kwargs.setdefault(name, getattr(default, name))
     missing = [
         f.name
         for f in dataclasses.fields(cls)
@@ -624,6 +1029,35 @@ def _build(cls: type, data: Any, path: str) -> Any:
         raise ConfigError(f"{_where(path)}: {error}") from None
 
 
+def _field_default(cls: type, name: str) -> Any:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+    return None
+
+
+def _expand_range_shorthand(cls: type, data: Any) -> Any:
+    """Replace numbers standing for a `Range` with {low, high} mappings, following the dataclass schema."""
+    if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
+        return data
+    if issubclass(cls, SystemConfig):
+        cls = SYSTEM_CONFIGS.get(data.get("name", "burgers"), cls)
+    hints = typing.get_type_hints(cls)
+    result = dict(data)
+    for key, value in data.items():
+        hint = hints.get(key)
+        if SystemConfig in typing.get_args(hint):  # `system` (SystemConfig | NBodyConfig): chosen by name
+            hint = SystemConfig
+        if hint is Range and isinstance(value, int | float) and not isinstance(value, bool):
+            result[key] = {"low": float(value), "high": float(value)}
+        elif dataclasses.is_dataclass(hint):
+            result[key] = _expand_range_shorthand(hint, value)
+    return result
+
+
 def _system_class(data: Mapping[str, Any], path: str) -> type[SystemConfig] | type[NBodyConfig]:
     name = data.get("name", "burgers")
     if name not in SYSTEM_CONFIGS:
@@ -632,7 +1066,15 @@ def _system_class(data: Mapping[str, Any], path: str) -> type[SystemConfig] | ty
     return SYSTEM_CONFIGS[name]
 
 
-def _convert(hint: Any, value: Any, path: str) -> Any:
+def _model_class(data: Mapping[str, Any], path: str) -> type[ModelConfig]:
+    name = data.get("name", "fno")
+    if name not in MODEL_CONFIGS:
+        valid = ", ".join(sorted(MODEL_CONFIGS))
+        raise ConfigError(f"unknown model {_join(path, 'name')}={name!r}; valid models: {valid}")
+    return MODEL_CONFIGS[name]
+
+
+def _convert(hint: Any, value: Any, path: str, default: Any = None) -> Any:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Union or origin is types.UnionType:
@@ -640,7 +1082,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             return None
         options = [a for a in args if a is not type(None)]
         if SystemConfig in options:  # the system section picks its dataclass by `name` (see _build)
-            return _build(SystemConfig, value, path)
+            return _build(SystemConfig, value, path, default if dataclasses.is_dataclass(default) else None)
         errors = []
         for option in options:
             try:
@@ -667,7 +1109,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         items = [_convert(item_type, v, f"{path}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value, path)
+        return _build(hint, value, path, default if dataclasses.is_dataclass(default) else None)
     if hint is Any:
         return value
     if hint is bool:

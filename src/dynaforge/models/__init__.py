@@ -1,1 +1,25 @@
-"""Neural models: surrogates and the N-body step controller (`dt_predictor`)."""
+"""Neural surrogates, one per file, and their registry."""
+
+from dynaforge.models.base import (
+    ModelInput,
+    ModelOutput,
+    ModelShape,
+    autoregressive_rollout,
+)
+from dynaforge.models.fno import FNO
+from dynaforge.models.registry import MODELS, build_model, model_from_checkpoint
+from dynaforge.models.spectral import SpectralConv
+from dynaforge.models.unet import UNet
+
+__all__ = [
+    "FNO",
+    "MODELS",
+    "ModelInput",
+    "ModelOutput",
+    "ModelShape",
+    "SpectralConv",
+    "UNet",
+    "autoregressive_rollout",
+    "build_model",
+    "model_from_checkpoint",
+]

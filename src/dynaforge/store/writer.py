@@ -207,19 +207,30 @@ def write_shard(
             params = h5.create_dataset(
                 "params", shape=(shard.size, len(system.parameter_names)), dtype=np.float64
             )
+            if hasattr(system, "shard_attributes"):  # systems with their own metadata (random_cnn)
+                split_size = config.dataset.split_sizes()[shard.split]
+                h5.attrs.update(system.shard_attributes(shard.split, split_size, config.dataset.seed))
             for lo, hi in batches(shard.size, config.dataset.batch_size):
-                batch_params, initial = system.draw_samples([sample_rng(int(s)) for s in seeds[lo:hi]])
-                rollout = system.rollout(
-                    initial.to(device),
-                    batch_params.to(device),
-                    on_step=(lambda n, b=hi - lo: on_steps(n * b)) if on_steps else None,
-                )
-                block = channels_first_to_last(rollout.fields).cpu().numpy().astype(np.float32)
+                if hasattr(system, "generate_rows"):  # systems that draw their own samples (random_cnn)
+                    rows = system.generate_rows(
+                        shard.split, shard.start + lo, shard.start + hi, config.dataset.seed, device, on_steps
+                    )
+                    block, block_params, time = rows.fields, rows.params, rows.time
+                    write_extras(h5, rows.extras, lo, hi, shard.size)
+                else:
+                    batch_params, initial = system.draw_samples([sample_rng(int(s)) for s in seeds[lo:hi]])
+                    rollout = system.rollout(
+                        initial.to(device),
+                        batch_params.to(device),
+                        on_step=(lambda n, b=hi - lo: on_steps(n * b)) if on_steps else None,
+                    )
+                    block = channels_first_to_last(rollout.fields).cpu().numpy().astype(np.float32)
+                    block_params, time = batch_params.numpy(), rollout.time.numpy()
                 fields[lo:hi] = block
-                params[lo:hi] = batch_params.numpy()
+                params[lo:hi] = block_params
                 moments = moments.merge(ChannelMoments.of(block))
             write_coordinates(h5, system, params[...])
-            h5.create_dataset("time", data=rollout.time.numpy())
+            h5.create_dataset("time", data=time)
         sha256 = file_sha256(tmp)
         size = tmp.stat().st_size
     if not np.isfinite(moments.mean).all():
@@ -242,8 +253,20 @@ def write_shard(
     return record
 
 
+def write_extras(h5: h5py.File, extras: dict[str, np.ndarray], lo: int, hi: int, size: int) -> None:
+    """Per-sample datasets a system adds (random_cnn: operator, realization, sobol, features, ...)."""
+    for name, values in extras.items():
+        if name not in h5:
+            h5.create_dataset(name, shape=(size, *values.shape[1:]), dtype=values.dtype)
+        h5[name][lo:hi] = values
+
+
 def write_shard_metadata(
-    h5: h5py.File, shard: ShardSpec, config: Config, system: System, seeds: np.ndarray
+    h5: h5py.File,
+    shard: ShardSpec,
+    config: Config,
+    system: System,
+    seeds: np.ndarray,
 ) -> None:
     h5.attrs["format_version"] = FORMAT_VERSION
     h5.attrs["dynaforge_version"] = dynaforge.__version__

@@ -5,19 +5,27 @@ from __future__ import annotations
 from dynaforge.config import NBodyConfig, SystemConfig
 from dynaforge.systems.advection import Advection
 from dynaforge.systems.burgers import Burgers
+from dynaforge.systems.gray_scott import GrayScott
 from dynaforge.systems.heat import Heat
 from dynaforge.systems.ks import KuramotoSivashinsky
+from dynaforge.systems.ks2d import KuramotoSivashinsky2D
+from dynaforge.systems.navier_stokes import NavierStokes2D
 from dynaforge.systems.nbody import NBody
+from dynaforge.systems.random_cnn import RandomCNNSystem
 from dynaforge.systems.spectral import SpectralSystem
 
-System = SpectralSystem | NBody
-"""Any simulator `build_system` returns (the store writer takes either)."""
+System = SpectralSystem | RandomCNNSystem | NBody
+"""Any simulator `build_system` returns (the store writer takes each of them)."""
 
-SYSTEMS: dict[str, type[SpectralSystem] | type[NBody]] = {
+SYSTEMS: dict[str, type[SpectralSystem] | type[RandomCNNSystem] | type[NBody]] = {
     "heat": Heat,
     "advection": Advection,
     "burgers": Burgers,
     "ks": KuramotoSivashinsky,
+    "navier_stokes": NavierStokes2D,
+    "gray_scott": GrayScott,
+    "ks2d": KuramotoSivashinsky2D,
+    "random_cnn": RandomCNNSystem,
     "nbody": NBody,
 }
 

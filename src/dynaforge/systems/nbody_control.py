@@ -289,6 +289,8 @@ def load_learned_controller(path: str | Path, scale: float = 1.0, device: str = 
     if not path.exists():
         raise FileNotFoundError(f"controller checkpoint {path} not found")
     checkpoint = torch.load(path, map_location=device, weights_only=True)
+    if not isinstance(checkpoint, dict) or checkpoint.get("kind") != "nbody_step_controller":
+        raise ConfigError(f"{path} is not a step-controller checkpoint of `dynaforge nbody train`")
     if tuple(checkpoint.get("feature_names", ())) != FEATURE_NAMES:
         raise ConfigError(
             f"{path} was trained on features {checkpoint.get('feature_names')}, this dynaforge computes "

@@ -4,8 +4,8 @@ A small self-contained loop (Adam, then optional L-BFGS) in the order the genera
 take the next window of a stream of systems, forward (integrate with the controller choosing the steps),
 loss, backward, clip, step, log, evaluate, checkpoint. The pieces the engine needs are separate functions:
 `build_training_systems` (the data), `window_loss` (forward + loss, `TimestepperConfig` documents it),
-`detach_run` (the truncation point), `save_checkpoint` / `load_checkpoint`, and `Trainer.payload` /
-`Trainer.restore` (what a checkpoint holds).
+`detach_run` (the truncation point), and `Trainer.payload` / `Trainer.restore` (what a checkpoint holds;
+written with `dynaforge.train.checkpoint`).
 
 Run folder (`--out RUN`):
     config.yaml               the full resolved config
@@ -30,7 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dynaforge.atomic import atomic_path, atomic_write_text
+import dynaforge
+from dynaforge.atomic import atomic_write_text
 from dynaforge.config import (
     Config,
     ConfigError,
@@ -51,10 +52,11 @@ from dynaforge.systems.nbody_control import (
     RunState,
 )
 from dynaforge.systems.nbody_initial import kepler_relative_state, random_cluster
+from dynaforge.train.checkpoint import CHECKPOINT_VERSION, load_checkpoint, save_checkpoint
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_KIND = "nbody_step_controller"
 SOFT_MAX_SHARPNESS = 8.0
 RESUMABLE_KEYS = (
     "timestepper.steps",
@@ -281,18 +283,10 @@ def restore_tensors(template: Any, prefix: str, flat: dict[str, Tensor], device:
 # Checkpoints
 
 
-def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write a checkpoint atomically (a reader sees the old file or the new one, never a partial one)."""
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
-
-
-def load_checkpoint(path: Path, device: str = "cpu") -> dict[str, Any]:
-    checkpoint = torch.load(path, map_location=device, weights_only=True)
-    if checkpoint.get("format") != CHECKPOINT_FORMAT:
-        raise ConfigError(
-            f"{path} is not a dynaforge controller checkpoint (format {checkpoint.get('format')})"
-        )
+def load_controller_checkpoint(path: Path, device: str = "cpu") -> dict[str, Any]:
+    checkpoint = load_checkpoint(path, device)
+    if checkpoint.get("kind") != CHECKPOINT_KIND:
+        raise ConfigError(f"{path} is not a step-controller checkpoint (kind {checkpoint.get('kind')!r})")
     return checkpoint
 
 
@@ -339,7 +333,7 @@ class Trainer:
         self.best = math.inf
         self.streams: dict[str, Stream] = {}
         if self.paths.last.exists() and resume:
-            self.restore(load_checkpoint(self.paths.last, self.device))
+            self.restore(load_controller_checkpoint(self.paths.last, self.device))
         elif self.paths.last.exists():
             raise ConfigError(
                 f"{self.paths.root} already holds a training run; pass --resume to continue it or choose another --out"
@@ -385,7 +379,9 @@ class Trainer:
             flatten_tensors(stream.run, f"{group}.run", streams)
             streams[f"{group}.windows"] = torch.tensor(stream.windows, dtype=torch.int64)
         return {
-            "format": CHECKPOINT_FORMAT,
+            "format_version": CHECKPOINT_VERSION,
+            "dynaforge_version": dynaforge.__version__,
+            "kind": CHECKPOINT_KIND,
             "model": self.net.state_dict(),
             "model_config": dict(self.net.config),
             "feature_names": list(FEATURE_NAMES),

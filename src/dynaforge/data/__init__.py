@@ -1,0 +1,22 @@
+"""Datasets of training windows from a store folder, normalisation statistics, loaders."""
+
+from dynaforge.data.loader import make_loader, safe_start_method
+from dynaforge.data.normalize import Normalizer
+from dynaforge.data.windows import (
+    Window,
+    WindowDataset,
+    channels_first_to_last,
+    fields_to_channels_first,
+    window_starts,
+)
+
+__all__ = [
+    "Normalizer",
+    "Window",
+    "WindowDataset",
+    "channels_first_to_last",
+    "fields_to_channels_first",
+    "make_loader",
+    "safe_start_method",
+    "window_starts",
+]

@@ -1,0 +1,101 @@
+"""The contract every surrogate follows: named inputs and outputs, a shape spec, and a rollout helper.
+
+Conventions:
+- Frames are normalised (see `dynaforge.data.normalize`) and channels first: (batch, frames, C, *space).
+- A model maps the last `history` frames to the next `horizon` frames; with `residual` it predicts the
+  change from the last input frame, which starts training from "nothing changes" instead of from noise.
+- The spatial domain is periodic; the models are resolution-independent (FNO up to its kept modes).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+
+class ModelInput(NamedTuple):
+    """What a surrogate is given: the last `history` normalised frames."""
+
+    frames: Float[Tensor, "batch history channels *space"]
+
+
+class ModelOutput(NamedTuple):
+    """What a surrogate returns: the next `horizon` normalised frames."""
+
+    frames: Float[Tensor, "batch horizon channels *space"]
+
+
+class ModelShape(NamedTuple):
+    """The data a model is built for; saved in checkpoints beside the model config."""
+
+    channels: int
+    """Physical channels per frame."""
+    history: int
+    """Input frames per call."""
+    horizon: int
+    """Output frames per call."""
+    spatial_dims: int = 1
+    """Spatial axes of a frame."""
+
+    @property
+    def in_channels(self) -> int:
+        return self.history * self.channels
+
+    @property
+    def out_channels(self) -> int:
+        return self.horizon * self.channels
+
+
+def check_input(inputs: ModelInput, shape: ModelShape) -> None:
+    """Raise an error that says what was expected when the input frames do not fit the model."""
+    frames = inputs.frames
+    expected = (
+        f"(batch, history={shape.history}, channels={shape.channels}, *space with {shape.spatial_dims} axes)"
+    )
+    if (
+        frames.ndim != 3 + shape.spatial_dims
+        or frames.shape[1] != shape.history
+        or frames.shape[2] != shape.channels
+    ):
+        raise ValueError(
+            f"model input frames must be {expected}, got {tuple(frames.shape)}; "
+            "a single sample needs a leading batch axis of 1 (frames[None])"
+        )
+
+
+def frames_to_stack(frames: Tensor) -> Tensor:
+    """(B, F, C, *space) -> (B, F * C, *space): frames stacked as channels for a convolution."""
+    return frames.flatten(1, 2)
+
+
+def stack_to_frames(stack: Tensor, channels: int) -> Tensor:
+    """(B, F * C, *space) -> (B, F, C, *space)."""
+    return stack.unflatten(1, (stack.shape[1] // channels, channels))
+
+
+def update_to_output(inputs: ModelInput, update: Tensor, residual: bool) -> ModelOutput:
+    """The predicted frames: the last input frame plus `update` (B, horizon, C, *space), or `update` itself."""
+    if residual:
+        return ModelOutput(frames=inputs.frames[:, -1:] + update)
+    return ModelOutput(frames=update)
+
+
+def autoregressive_rollout(
+    model: nn.Module, inputs: ModelInput, steps: int
+) -> Float[Tensor, "batch predicted channels *space"]:
+    """Call `model` `steps` times, each time on the last `history` frames known or predicted so far.
+
+    Returns only the predicted frames (steps x horizon of them), never the input frames. Gradients flow
+    through the whole unroll when called with grad enabled.
+    """
+    history = inputs.frames.shape[1]
+    window = inputs.frames
+    predicted = []
+    for _ in range(steps):
+        output: ModelOutput = model(ModelInput(frames=window))
+        predicted.append(output.frames)
+        window = torch.cat([window, output.frames], dim=1)[:, -history:]
+    return torch.cat(predicted, dim=1)

@@ -1,0 +1,86 @@
+"""`dynaforge run`: generate -> train -> evaluate from one config, into ROOT/data and ROOT/run.
+
+Each stage is skipped when its complete output already exists for the same config: a complete dataset
+with the same identity, a run whose last checkpoint is complete, an evaluation made from the current
+checkpoint with the same `evaluate` section. A different config for an existing stage output is an error
+(nothing is overwritten), except the `evaluate` section, which only reruns the evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from dynaforge.config import Config, config_differences, config_to_dict, load_config, save_config
+from dynaforge.evaluate import evaluate, evaluation_is_current
+from dynaforge.runs import RunError, holds_run, run_folder
+from dynaforge.store import generate
+from dynaforge.store.format import MANIFEST
+from dynaforge.store.writer import identity_of
+from dynaforge.train import load_checkpoint, train
+
+log = logging.getLogger(__name__)
+
+EVALUATION_ONLY = ("evaluate",)
+"""Config sections that change only the evaluation of a run, not the run itself."""
+
+
+def run_pipeline(config: Config, root: str | Path, progress: bool | None = None) -> Path:
+    """Run every stage that is not done yet; returns the path of the HTML report."""
+    root = Path(root)
+    data, run = root / "data", run_folder(root / "run")
+    if dataset_is_complete(data, config):
+        log.info("generate: skipped, %s is complete", data)
+    else:
+        generate(config, data, progress=progress)
+    if training_is_complete(run.root, config):
+        log.info("train: skipped, %s is complete", run.root)
+    else:
+        train(config, data, run.root, progress=progress, overwrite=True)
+    if evaluation_is_current(run, config.evaluate):
+        log.info("evaluate: skipped, %s is up to date", run.eval)
+        return run.eval / "report.html"
+    return evaluate(run.root, data, config.evaluate).report
+
+
+def dataset_is_complete(root: Path, config: Config) -> bool:
+    """True when `root` holds a complete dataset generated with this config's identity."""
+    path = root / MANIFEST
+    if not path.exists():
+        return False
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return False
+    return bool(manifest.get("complete")) and not config_differences(
+        manifest.get("identity", {}), identity_of(config)
+    )
+
+
+def training_is_complete(root: Path, config: Config) -> bool:
+    """True when `root` holds a finished run of this config; an error when it holds a run of another.
+
+    A run with the same config that did not finish is restarted (False).
+    """
+    run = run_folder(root)
+    if not holds_run(root):
+        return False
+    if run.config.exists():
+        saved = config_to_dict(load_config(run.config))
+        wanted = config_to_dict(config)
+        differences = config_differences(
+            {k: v for k, v in saved.items() if k not in EVALUATION_ONLY},
+            {k: v for k, v in wanted.items() if k not in EVALUATION_ONLY},
+        )
+        if differences:
+            raise RunError(
+                f"{root} holds a run trained with a different config; refusing to overwrite it.\n"
+                "  Differences (existing != requested):\n    " + "\n    ".join(differences[:20]) + "\n"
+                "  Use another --out folder, or pass the same config."
+            )
+        if saved.get("evaluate") != wanted.get("evaluate"):
+            save_config(config, run.config)  # the evaluation follows the new evaluate section
+    if not run.last.exists():
+        return False
+    return bool(load_checkpoint(run.last).get("complete"))

@@ -1,0 +1,59 @@
+"""The run folder layout, shared by training, evaluation and the `run` pipeline.
+
+RUN/config.yaml            the resolved config the run was trained with
+RUN/metrics.jsonl          one JSON line per logging window and per epoch
+RUN/checkpoints/last.pt    after every epoch
+RUN/checkpoints/best.pt    the epoch with the lowest validation loss
+RUN/eval/metrics.json      after `dynaforge evaluate`, with plots and report.html
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+
+class RunFolder(NamedTuple):
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def last(self) -> Path:
+        return self.checkpoints / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.checkpoints / "best.pt"
+
+    @property
+    def eval(self) -> Path:
+        return self.root / "eval"
+
+    def checkpoint(self, which: str) -> Path:
+        """`best` or `last`."""
+        return {"best": self.best, "last": self.last}[which]
+
+
+def run_folder(path: str | Path) -> RunFolder:
+    return RunFolder(Path(path))
+
+
+class RunError(RuntimeError):
+    """A run folder that cannot be used as asked; the message says why and what to do."""
+
+
+def holds_run(path: str | Path) -> bool:
+    """True when `path` already holds (part of) a training run."""
+    run = run_folder(path)
+    return run.config.exists() or run.metrics.exists() or run.checkpoints.exists()

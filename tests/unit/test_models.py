@@ -1,0 +1,163 @@
+"""Models: shapes, dtypes, gradients, odd sizes, the real-arithmetic spectral convolution, the registry."""
+
+import pytest
+import torch
+
+from dynaforge.config import FNOConfig, UNetConfig, config_to_dict, load_config
+from dynaforge.models import (
+    MODELS,
+    ModelInput,
+    ModelShape,
+    SpectralConv,
+    autoregressive_rollout,
+    build_model,
+    model_from_checkpoint,
+)
+
+CONFIGS = {
+    "fno": FNOConfig(width=8, modes=5, layers=2, projection=16),
+    "unet": UNetConfig(channels=8, levels=3),
+}
+
+
+def make(name: str, shape: ModelShape, residual: bool = True) -> torch.nn.Module:
+    config = CONFIGS[name]
+    config = type(config)(**{**config_to_dict(config), "residual": residual})
+    torch.manual_seed(0)
+    return build_model(config, shape)
+
+
+def test_registry_covers_every_model_config() -> None:
+    assert set(MODELS) == {"fno", "unet"}
+    with pytest.raises(TypeError, match="FNOConfig"):
+        build_model(UNetConfig(name="fno"), ModelShape(1, 1, 1))
+
+
+@pytest.mark.parametrize("name", ["fno", "unet"])
+@pytest.mark.parametrize("size", [16, 33, 37])
+def test_output_shape_and_gradients(name: str, size: int) -> None:
+    shape = ModelShape(channels=2, history=3, horizon=2)
+    model = make(name, shape, residual=False)
+    frames = torch.randn(4, 3, 2, size, dtype=torch.float32, requires_grad=True)
+    output = model(ModelInput(frames=frames)).frames
+    assert output.shape == (4, 2, 2, size) and output.dtype == torch.float32
+    output.square().mean().backward()
+    assert frames.grad is not None and torch.isfinite(frames.grad).all() and frames.grad.abs().sum() > 0
+    for parameter_name, parameter in model.named_parameters():
+        assert parameter.grad is not None and torch.isfinite(parameter.grad).all(), parameter_name
+    assert sum(p.grad.abs().sum() for p in model.parameters()) > 0
+
+
+@pytest.mark.parametrize("name", ["fno", "unet"])
+def test_bfloat16_forward_and_backward(name: str) -> None:
+    shape = ModelShape(channels=1, history=2, horizon=1)
+    model = make(name, shape, residual=False)
+    frames = torch.randn(3, 2, 1, 24, dtype=torch.float32)
+    reference = model(ModelInput(frames=frames)).frames
+    low = model.to(torch.bfloat16)
+    output = low(ModelInput(frames=frames.to(torch.bfloat16))).frames
+    assert output.dtype == torch.bfloat16 and torch.isfinite(output).all()
+    torch.testing.assert_close(output.float(), reference, atol=0.1, rtol=0.05)
+    output.float().square().mean().backward()
+    assert all(torch.isfinite(p.grad.float()).all() for p in low.parameters())
+
+
+@pytest.mark.parametrize("name", ["fno", "unet"])
+def test_residual_model_starts_as_persistence(name: str) -> None:
+    model = make(name, ModelShape(channels=2, history=2, horizon=3))
+    frames = torch.randn(2, 2, 2, 20, dtype=torch.float32)
+    output = model(ModelInput(frames=frames)).frames
+    torch.testing.assert_close(output, frames[:, -1:].expand(-1, 3, -1, -1))
+
+
+def test_fno_commutes_with_periodic_shifts() -> None:
+    model = make("fno", ModelShape(channels=1, history=1, horizon=1), residual=False)
+    frames = torch.randn(2, 1, 1, 32, dtype=torch.float32)
+    shifted = model(ModelInput(frames=torch.roll(frames, 5, dims=-1))).frames
+    torch.testing.assert_close(shifted, torch.roll(model(ModelInput(frames=frames)).frames, 5, dims=-1))
+
+
+def test_wrong_input_shapes_name_the_fix() -> None:
+    model = make("fno", ModelShape(channels=1, history=2, horizon=1))
+    with pytest.raises(ValueError, match=r"history=2.*frames\[None\]"):
+        model(ModelInput(frames=torch.randn(2, 1, 32, dtype=torch.float32)))
+    with pytest.raises(ValueError, match=r"lower model\.modes"):
+        model(ModelInput(frames=torch.randn(1, 2, 1, 6, dtype=torch.float32)))
+    unet = make("unet", ModelShape(channels=1, history=1, horizon=1))
+    with pytest.raises(ValueError, match=r"lower model\.levels"):
+        unet(ModelInput(frames=torch.randn(1, 1, 1, 3, dtype=torch.float32)))
+
+
+def complex_reference(layer: SpectralConv, x: torch.Tensor) -> torch.Tensor:
+    """The same layer written with complex tensors, mode block by mode block (the textbook FNO layer)."""
+    weight = torch.complex(layer.weight_real, layer.weight_imag).to(torch.complex128)
+    spectrum = torch.fft.rfftn(x.double(), dim=tuple(range(-layer.spatial_dims, 0)))
+    out = torch.zeros(x.shape[0], layer.out_channels, *spectrum.shape[2:], dtype=torch.complex128)
+    if layer.spatial_dims == 1:
+        m = layer.modes[0]
+        out[..., :m] = torch.einsum("bix,iox->box", spectrum[..., :m], weight)
+        return torch.fft.irfft(out, n=x.shape[-1])
+    m1, m2 = layer.modes
+    out[..., :m1, :m2] = torch.einsum("bixy,ioxy->boxy", spectrum[..., :m1, :m2], weight[..., :m1, :])
+    out[..., -m1:, :m2] = torch.einsum("bixy,ioxy->boxy", spectrum[..., -m1:, :m2], weight[..., m1:, :])
+    return torch.fft.irfft2(out, s=x.shape[-2:])
+
+
+@pytest.mark.parametrize("size", [16, 21])
+def test_real_spectral_conv_equals_complex_reference_1d(size: int) -> None:
+    torch.manual_seed(1)
+    layer = SpectralConv(3, 4, modes=(6,))
+    x = torch.randn(2, 3, size, dtype=torch.float32)
+    torch.testing.assert_close(layer(x).double(), complex_reference(layer, x), atol=1e-5, rtol=1e-4)
+
+
+def test_real_spectral_conv_equals_complex_reference_2d() -> None:
+    torch.manual_seed(2)
+    layer = SpectralConv(2, 3, modes=(3, 4))
+    x = torch.randn(2, 2, 10, 9, dtype=torch.float32)
+    output = layer(x)
+    assert output.shape == (2, 3, 10, 9)
+    torch.testing.assert_close(output.double(), complex_reference(layer, x), atol=1e-5, rtol=1e-4)
+
+
+def test_spectral_conv_holds_only_real_parameters() -> None:
+    layer = SpectralConv(2, 2, modes=(4,))
+    assert all(not p.is_complex() for p in layer.parameters())
+
+
+def test_fno_in_two_dimensions() -> None:
+    model = make("fno", ModelShape(channels=2, history=1, horizon=1, spatial_dims=2), residual=False)
+    frames = torch.randn(2, 1, 2, 12, 11, dtype=torch.float32, requires_grad=True)
+    output = model(ModelInput(frames=frames)).frames
+    assert output.shape == (2, 1, 2, 12, 11)
+    output.sum().backward()
+    assert torch.isfinite(frames.grad).all()
+
+
+def test_rollout_feeds_predictions_back_and_returns_only_predictions() -> None:
+    class AddOne(torch.nn.Module):
+        def forward(self, inputs: ModelInput):  # the next frame: the last plus one
+            from dynaforge.models import ModelOutput
+
+            return ModelOutput(frames=inputs.frames[:, -1:] + 1)
+
+    frames = torch.zeros(1, 2, 1, 4, dtype=torch.float32)
+    predicted = autoregressive_rollout(AddOne(), ModelInput(frames=frames), steps=3)
+    assert predicted.shape == (1, 3, 1, 4)
+    torch.testing.assert_close(predicted[0, :, 0, 0], torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_model_rebuilt_from_checkpoint_data_gives_the_same_outputs() -> None:
+    config = load_config(None, ["model.width=8", "model.modes=4", "model.layers=2", "model.residual=false"])
+    shape = ModelShape(channels=1, history=2, horizon=1)
+    torch.manual_seed(3)
+    model = build_model(config.model, shape)
+    checkpoint = {
+        "config": config_to_dict(config),
+        "model_shape": shape._asdict(),
+        "model": model.state_dict(),
+    }
+    torch.manual_seed(4)
+    rebuilt = model_from_checkpoint(checkpoint)
+    frames = torch.randn(2, 2, 1, 16, dtype=torch.float32)
+    torch.testing.assert_close(rebuilt(ModelInput(frames)).frames, model(ModelInput(frames)).frames)

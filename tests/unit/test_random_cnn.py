@@ -1,0 +1,191 @@
+"""Random CNN operators: sampling, exact reconstruction, grouped vs straightforward, features, store."""
+
+from __future__ import annotations
+
+import math
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from dynaforge.config import ParameterSpec, load_config
+from dynaforge.store import DatasetFolder, generate, validate_dataset
+from dynaforge.store.format import sample_seed
+from dynaforge.systems import build_system
+from dynaforge.systems import random_cnn as rc
+from dynaforge.systems.features import feature_names, trajectory_features
+from dynaforge.systems.sampling import centred_discrepancy, map_coordinate, sobol_points
+
+SMALL = [
+    "system.name=random_cnn",
+    "system.resolution=16",
+    "system.steps=5",
+    "system.space.depth.high=2",
+    "system.space.width_cap.choices={'32': 1.0}",
+]
+
+
+def small_system(*overrides: str) -> rc.RandomCNNSystem:
+    system = build_system(load_config(None, [*SMALL, *overrides]).system)
+    assert isinstance(system, rc.RandomCNNSystem)
+    return system
+
+
+def test_parameter_kinds_map_the_unit_interval() -> None:
+    integer = ParameterSpec(kind="int", low=2.0, high=4.0)
+    assert [map_coordinate(integer, q) for q in (0.0, 0.33, 0.34, 0.99)] == [2, 2, 3, 4]
+    log_real = ParameterSpec(kind="real", low=1e-3, high=1e-1, log=True)
+    assert math.isclose(map_coordinate(log_real, 0.5), 1e-2)
+    choice = ParameterSpec(kind="choice", choices={"a": 1.0, "b": 3.0})
+    assert [map_coordinate(choice, q) for q in (0.0, 0.24, 0.26, 0.99)] == [0, 0, 1, 1]
+    flag = ParameterSpec(kind="bool", probability=0.2)
+    assert [map_coordinate(flag, q) for q in (0.1, 0.3)] == [1.0, 0.0]
+
+
+def test_sobol_points_do_not_depend_on_how_the_range_is_cut() -> None:
+    whole = sobol_points(5, 0, 16, seed=3)
+    parts = np.concatenate([sobol_points(5, 0, 5, seed=3), sobol_points(5, 5, 16, seed=3)])
+    np.testing.assert_array_equal(whole, parts)
+    assert ((whole >= 0) & (whole < 1)).all()
+    assert not np.array_equal(whole, sobol_points(5, 0, 16, seed=4))  # the seed scrambles
+
+
+def test_scrambled_sobol_is_more_uniform_than_random_points() -> None:
+    rng = np.random.default_rng(0)
+    sobol = centred_discrepancy(sobol_points(6, 0, 128, seed=1))
+    random = np.mean([centred_discrepancy(rng.uniform(size=(128, 6))) for _ in range(5)])
+    assert sobol < 0.5 * random, (sobol, random)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float32"])
+def test_an_operator_is_rebuilt_exactly_from_its_stored_parameters_and_seeds(precision: str) -> None:
+    """Generate 4 operators together, then rebuild operator 2 alone from its row: same trajectory, bit for bit."""
+    system = small_system(f"system.precision={precision}")
+    m = system.config.realizations
+    rows = system.generate_rows("val", 3 * m, 7 * m, base_seed=11, device=torch.device("cpu"))
+    row = 2 * m + 1  # operator 5 of the split, realization 1
+    op = rc.OperatorParams.from_values(system.config.space, rows.params[row, :-1])
+    operator, realization = int(rows.extras["operator"][row]), int(rows.extras["realization"][row])
+    assert (operator, realization) == (5, 1)
+    seed = int(rows.extras["operator_seed"][row])
+    arch = rc.architecture_of(op, system.channels)
+    field, _ = system.initial_field(np.random.default_rng(seed))
+    generators = [
+        rc.noise_generator(sample_seed(11, "val", r)) for r in range(operator * m, (operator + 1) * m)
+    ]
+    dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
+    group = rc.GroupedOperators(arch, [op], [rc.operator_weights(arch, op.weight_gain, seed)], dtype)
+    frames = rc.grouped_rollout(
+        group, torch.from_numpy(field).float()[None], [generators], system.config.steps
+    )
+    rebuilt = torch.movedim(frames[0, realization], 1, -1).numpy()
+    np.testing.assert_array_equal(rebuilt, rows.fields[row])
+
+
+def test_grouped_float32_matches_the_straightforward_loop() -> None:
+    system = small_system("system.precision=float32")
+    batch, *_ = system.build_operators("train", 0, 6, base_seed=2)
+    states = [[g.get_state() for g in gens] for gens in batch.generators]
+    fast = rc.generate_operators(batch, system.config, torch.device("cpu"))
+    for k, op in enumerate(batch.ops):
+        for g, state in zip(batch.generators[k], states[k]):
+            g.set_state(state)
+        module = rc.RandomCNN(rc.architecture_of(op, system.channels), batch.layers[k])
+        slow = rc.reference_rollout(module, op, batch.initial[k], batch.generators[k], system.config.steps)
+        scale = float(slow.abs().max())
+        # float32 with a different summation order: relative agreement to 1e-5 over 5 steps.
+        torch.testing.assert_close(fast[k], slow, atol=1e-5 * scale, rtol=0)
+
+
+def test_bfloat16_agrees_with_float32_over_one_step_to_bfloat16_precision() -> None:
+    bf16 = small_system("system.steps=1")
+    fp32 = small_system("system.steps=1", "system.precision=float32")
+    fast = rc.generate_operators(bf16.build_operators("train", 0, 8, 0)[0], bf16.config, torch.device("cpu"))
+    exact = rc.generate_operators(fp32.build_operators("train", 0, 8, 0)[0], fp32.config, torch.device("cpu"))
+    relative = (fast[:, :, 1] - exact[:, :, 1]).abs().amax(dim=(2, 3, 4)) / exact[:, :, 1].abs().amax(
+        dim=(2, 3, 4)
+    )
+    # bf16 keeps 8 bits of mantissa (unit round-off 2^-9 ~ 0.2%); a few layers accumulate a few of them.
+    assert float(relative.max()) < 0.03, relative
+    assert float(relative.max()) > 0  # it did run in bf16
+
+
+def test_out_of_memory_backs_off_and_gives_the_same_trajectories(monkeypatch: pytest.MonkeyPatch) -> None:
+    system = small_system(
+        "system.space.stem_width.choices={'16': 1.0}", "system.space.kernel_size.choices={'3': 1.0}"
+    )
+    expected = rc.generate_operators(
+        system.build_operators("train", 0, 6, 0)[0], system.config, torch.device("cpu")
+    )
+    real = rc.grouped_rollout
+    calls = []
+
+    def flaky(group: rc.GroupedOperators, *args, **kwargs):
+        calls.append(group.k)
+        if group.k > 1:
+            real(group, *args, **kwargs)  # consume noise before failing, as a real OOM midway would
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 GB")
+        return real(group, *args, **kwargs)
+
+    monkeypatch.setattr(rc, "grouped_rollout", flaky)
+    got = rc.generate_operators(
+        system.build_operators("train", 0, 6, 0)[0], system.config, torch.device("cpu")
+    )
+    assert any(k > 1 for k in calls) and 1 in calls
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
+
+
+def test_features_of_known_fields() -> None:
+    n, t = 32, 9
+    x = torch.arange(n, dtype=torch.float32)
+    mode = torch.sin(2 * math.pi * 3 * x / n)[:, None].expand(n, n)  # |m| = 3, variance 1/2
+    growth = torch.exp(0.1 * torch.arange(t, dtype=torch.float32))  # energy grows as e^{0.2 t}
+    frames = (growth[:, None, None, None] * mode).expand(1, t, 2, n, n).contiguous()
+    features = dict(zip(feature_names(4), trajectory_features(frames, 4)[0].tolist()))
+    assert abs(features["mean"]) < 1e-5
+    assert abs(features["skewness"]) < 1e-4 and abs(features["kurtosis"] - 1.5) < 1e-3  # a sine: 3/2
+    assert abs(features["energy_growth_rate"] - 0.2) < 1e-4
+    assert features["spectrum_0"] > 0.999  # |m| = 3 lies in the first of 4 bins of [0, 16]
+    # central differences of sin(k j): mean (sin(k) cos(k j))^2 = sin^2(k) / 2 at unit amplitude, times growth^2
+    expected_gradient = (math.sin(2 * math.pi * 3 / n) ** 2 / 2) * float((growth**2).mean())
+    assert abs(features["gradient_energy"] / expected_gradient - 1) < 1e-4
+
+
+def test_random_cnn_dataset_is_identical_whatever_the_sharding(tmp_path) -> None:
+    overrides = [
+        *SMALL,
+        "system.features=true",
+        "dataset.n_train=18",
+        "dataset.n_val=6",
+        "dataset.n_test=0",
+        "dataset.batch_size=6",
+    ]
+    one = load_config(None, [*overrides, "dataset.shard_size=18"])
+    three = load_config(None, [*overrides, "dataset.shard_size=6"])
+    generate(one, tmp_path / "one", progress=False)
+    generate(three, tmp_path / "three", progress=False)
+    assert validate_dataset(tmp_path / "three").ok
+    a, b = (
+        DatasetFolder(tmp_path / "one").read_split("train"),
+        DatasetFolder(tmp_path / "three").read_split("train"),
+    )
+    np.testing.assert_array_equal(a.fields, b.fields)
+    np.testing.assert_array_equal(a.params, b.params)
+    assert a.fields.shape == (18, 6, 16, 16, 3)
+    with h5py.File(tmp_path / "three" / "train" / "shard-00001.h5") as h5:
+        np.testing.assert_array_equal(h5["operator"][...], np.repeat([2, 3], 3))
+        np.testing.assert_array_equal(h5["realization"][...], np.tile([0, 1, 2], 2))
+        assert h5["sobol"].shape == (6, 12) and h5["features"].shape == (6, 16)
+        assert list(h5.attrs["feature_names"]) == list(feature_names(8))
+        assert 0 < float(h5.attrs["centred_discrepancy"]) < 10  # of the 6 train operators, 12 dimensions
+
+
+def test_rows_must_hold_whole_operators(tmp_path) -> None:
+    from dynaforge.config import ConfigError
+
+    config = load_config(
+        None, [*SMALL, "dataset.n_train=4", "dataset.n_val=0", "dataset.n_test=0", "dataset.shard_size=4"]
+    )
+    with pytest.raises(ConfigError, match=r"multiples of system\.realizations"):
+        generate(config, tmp_path / "d", progress=False)
