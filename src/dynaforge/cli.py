@@ -54,7 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
     train = verbs.add_parser("train", help="train a surrogate on a dataset folder into a run folder")
     add_config_arguments(train)
     train.add_argument("--data", required=True, help="dataset folder (from `dynaforge generate`)")
-    train.add_argument("--out", required=True, help="run folder to create")
+    train.add_argument("--out", required=True, help="run folder to create (or to continue, with --resume)")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its last checkpoint (start it if it has none)",
+    )
+    train.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="profile N optimiser steps into RUN/profile/ (Chrome trace, top operators)",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(handler=run_train)
 
@@ -119,9 +131,20 @@ def run_inspect(args: argparse.Namespace) -> int:
 def run_train(args: argparse.Namespace) -> int:
     from dynaforge.train import train
 
+    if args.profile < 0:
+        raise ConfigError(f"--profile takes a number of steps >= 0, got {args.profile}")
     config = load_config(args.config, args.overrides)
-    summary = train(config, args.data, args.out, progress=False if args.no_progress else None)
+    summary = train(
+        config,
+        args.data,
+        args.out,
+        progress=False if args.no_progress else None,
+        resume=args.resume,
+        profile_steps=args.profile,
+    )
     print(f"{summary.run}: {summary.epochs} epochs, best validation loss {summary.best_val_loss:.4e}")
+    if args.profile:
+        print(f"profile: {summary.run / 'profile'}")
     return 0
 
 
