@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -27,3 +29,26 @@ def run_cli(*args: str, check: bool = True, timeout: float = 300) -> subprocess.
 @pytest.fixture
 def tiny_config_path() -> Path:
     return CONFIGS / "tiny.yaml"
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Torch on one thread for the test: on a loaded machine two spin-waiting OpenMP threads run small
+    models 10-30x slower. Results do not depend on it; the previous count is restored."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The dataset of configs/tiny.yaml (8 train, 4 val, 4 test trajectories of 11 frames on 64 points)."""
+    from dynaforge.config import load_config
+    from dynaforge.store import generate
+
+    root = tmp_path_factory.mktemp("tiny-data") / "data"
+    generate(load_config(CONFIGS / "tiny.yaml"), root, progress=False)
+    return root

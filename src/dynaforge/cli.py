@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -16,8 +17,10 @@ log = logging.getLogger("dynaforge")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Under torchrun only rank 0 reports progress; the other ranks speak up for warnings and errors.
+    worker = int(os.environ.get("RANK", "0")) > 0
     logging.basicConfig(
-        level=logging.INFO if not args.quiet else logging.WARNING, format="%(levelname)s %(message)s"
+        level=logging.WARNING if args.quiet or worker else logging.INFO, format="%(levelname)s %(message)s"
     )
     from dynaforge.runs import RunError
     from dynaforge.store import DatasetError
@@ -142,6 +145,8 @@ def run_train(args: argparse.Namespace) -> int:
         resume=args.resume,
         profile_steps=args.profile,
     )
+    if int(os.environ.get("RANK", "0")) > 0:
+        return 0
     print(f"{summary.run}: {summary.epochs} epochs, best validation loss {summary.best_val_loss:.4e}")
     if args.profile:
         print(f"profile: {summary.run / 'profile'}")
