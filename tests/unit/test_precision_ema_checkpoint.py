@@ -4,6 +4,7 @@ generator states, presets."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ class OperatorDtypes(TorchDispatchMode):
         super().__init__()
         self.calls: list[tuple[str, set[torch.dtype]]] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         dtypes = {a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()}
         self.calls.append((func.overloadpacket.__name__, dtypes))
         return func(*args, **(kwargs or {}))
@@ -81,7 +82,7 @@ def test_full_precision_switches_autocast_off() -> None:
 
 
 def test_fp16_on_cpu_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match="fp16 needs a CUDA device.*use train.precision=bf16"):
+    with pytest.raises(ConfigError, match=r"fp16 needs a CUDA device.*use train\.precision=bf16"):
         Precision("fp16", torch.device("cpu"))
     assert not Precision("bf16", torch.device("cpu")).scaling
 
@@ -156,7 +157,7 @@ def test_train_presets_fill_in_beneath_explicit_values(tmp_path: Path) -> None:
     from_file = load_config(path).train
     assert from_file.precision == "bf16" and not from_file.compile.enabled
     with pytest.raises(
-        ConfigError, match="train.preset='turbo' is not valid; choose one of: debug, default, fast"
+        ConfigError, match=re.escape("train.preset='turbo' is not valid; choose one of: debug, default, fast")
     ):
         load_config(None, ["train.preset=turbo"])
     # A saved (fully resolved) config reloads to itself, whatever the preset would fill in.
