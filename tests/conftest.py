@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,10 +15,16 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 
 
-def run_cli(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run `dynaforge ARGS...` in a fresh interpreter, as a user would."""
+def run_cli(
+    *args: str, check: bool = True, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `dynaforge ARGS...` in a fresh interpreter, as a user would (torch on one thread)."""
     result = subprocess.run(
-        [sys.executable, "-m", "dynaforge.cli", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "dynaforge.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
     )
     if check and result.returncode != 0:
         raise AssertionError(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,7 +36,13 @@ class OperatorDtypes(TorchDispatchMode):
         super().__init__()
         self.calls: list[tuple[str, set[torch.dtype]]] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: tuple[type, ...],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         dtypes = {a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()}
         self.calls.append((func.overloadpacket.__name__, dtypes))
         return func(*args, **(kwargs or {}))

@@ -79,7 +79,8 @@ class StepGraph:
         graph = torch.cuda.CUDAGraph()
         self.free_gradients()
         try:
-            with torch.cuda.graph(graph):
+            # thread_local: the DataLoader's pin-memory thread may allocate while this thread captures.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self.step(self.inputs, self.targets)
         except Exception as error:  # any capture failure: eager, logged
             log.warning(

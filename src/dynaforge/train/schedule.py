@@ -64,6 +64,9 @@ class Schedule(torch.optim.lr_scheduler.LRScheduler):
         self.plateau_scale = 1.0
         self.best_loss = math.inf
         self.bad_epochs = 0
+        # Peak lrs as host floats: a capturable optimiser's lr is a device tensor, and reading it back
+        # every step would be a host sync (set once here, then only written, by fill_).
+        self.peak_lrs = [float(group["lr"]) for group in optimizer.param_groups]
         super().__init__(optimizer)
 
     def config(self) -> ScheduleConfig:
@@ -83,7 +86,7 @@ class Schedule(torch.optim.lr_scheduler.LRScheduler):
 
     def get_lr(self) -> list[float]:
         factor = self.factor_at(self.last_epoch)
-        return [base * factor for base in self.base_lrs]
+        return [peak * factor for peak in self.peak_lrs]
 
     def observe(self, val_loss: float) -> None:
         """Feed a validation loss; `plateau` lowers the lr after `patience` epochs without improvement."""
@@ -100,11 +103,11 @@ class Schedule(torch.optim.lr_scheduler.LRScheduler):
 
     def apply_current_lr(self) -> None:
         factor = self.factor_at(self.last_epoch)
-        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+        for group, peak in zip(self.optimizer.param_groups, self.peak_lrs):
             if isinstance(group["lr"], torch.Tensor):
-                group["lr"].fill_(base * factor)  # a capturable optimiser's lr lives on the device
+                group["lr"].fill_(peak * factor)  # a capturable optimiser's lr lives on the device
             else:
-                group["lr"] = base * factor
+                group["lr"] = peak * factor
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
 
