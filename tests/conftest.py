@@ -18,13 +18,13 @@ CONFIGS = ROOT / "configs"
 def run_cli(
     *args: str, check: bool = True, timeout: float = 300, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run `dynaforge ARGS...` in a fresh interpreter, as a user would (torch on one thread)."""
+    """Run `dynaforge ARGS...` in a fresh interpreter, as a user would; `env` adds environment variables."""
     result = subprocess.run(
         [sys.executable, "-m", "dynaforge.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        env={**os.environ, **(env or {})},
     )
     if check and result.returncode != 0:
         raise AssertionError(

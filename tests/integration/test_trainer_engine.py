@@ -199,9 +199,9 @@ def test_compiled_training_saves_plain_keys_and_matches_eager(tiny_data: Path, t
     # dynamo cannot trace through them (a compile failure the test above shows is caught).
     run = tmp_path / "compiled"
     overrides = ["train.epochs=1", "train.compile.enabled=true", "train.compile.backend=eager"]
-    result = run_cli(
-        "train", str(TINY), *overrides, "--data", str(tiny_data), "--out", str(run), "--no-progress"
-    )
+    one_thread = {"OMP_NUM_THREADS": "1"}  # as in this process (the `one_thread` fixture): same float sums
+    args = ["train", str(TINY), *overrides, "--data", str(tiny_data), "--out", str(run), "--no-progress"]
+    result = run_cli(*args, env=one_thread)
     assert "model compiled (mode default, backend eager)" in result.stderr
     raw = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["model"]
     assert raw and not any(k.startswith(("_orig_mod.", "module.")) for k in raw)
