@@ -66,37 +66,38 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 class WindowMeter:
     """Sums over a logging window, on the device: loss and grad norm of good steps, skipped steps, and the
-    longest run of consecutive skipped steps. Step and sample counts are kept on the host (`count`).
+    longest run of consecutive skipped steps; and the epoch's loss sum and good steps. Step and sample
+    counts are kept on the host (`count`).
 
-    `add` uses only in-place device operations, so it can run inside a captured CUDA graph.
+    `add` is a handful of in-place device operations (no host sync), so it can run inside a captured
+    CUDA graph.
     """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         # loss sum, grad-norm sum, good steps, bad steps, current bad streak, longest bad streak
         self.sums = torch.zeros(6, dtype=torch.float64, device=device)
+        self.epoch = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, good steps
         self.reset()
 
     def reset(self) -> None:
-        streak = self.sums[4].clone()
-        self.sums.zero_()
-        self.sums[4] = streak  # a streak of bad steps carries over into the next window
+        """Start a new window (a streak of bad steps carries over into it)."""
+        self.sums[:4].zero_()
+        self.sums[5:].copy_(self.sums[4:5])
         self.steps = 0
         self.samples = 0
         self.started = time.perf_counter()
 
     def add(self, loss: Tensor, grad_norm: Tensor, bad: Tensor) -> None:
         """Account one optimiser step; `bad` is a 0-dim bool tensor (the step was skipped)."""
-        good = (~bad).to(torch.float64)
-        loss = torch.where(bad, 0.0, loss.detach().to(torch.float64))
-        norm = torch.where(bad, 0.0, grad_norm.detach().to(torch.float64))
-        # In place on purpose: a persistent accumulator, updated every step without a host sync.
-        self.sums[0].add_(loss)
-        self.sums[1].add_(norm)
-        self.sums[2].add_(good)
-        self.sums[3].add_(1.0 - good)
-        self.sums[4].mul_(1.0 - good).add_(1.0 - good)
-        torch.maximum(self.sums[5], self.sums[4], out=self.sums[5])
+        bad64 = bad.to(torch.float64).reshape(1)
+        values = torch.where(bad, 0.0, torch.stack([loss.detach(), grad_norm.detach()]).to(torch.float64))
+        increments = torch.cat([values, 1.0 - bad64, bad64])  # loss, norm, good, bad
+        # In place on purpose: persistent accumulators, updated every step without a host sync.
+        self.sums[:4].add_(increments)
+        self.sums[4:5].add_(1.0).mul_(bad64)  # the streak grows by one on a bad step, else restarts
+        torch.maximum(self.sums[5:], self.sums[4:5], out=self.sums[5:])
+        self.epoch.add_(increments[0::2])
 
     def restart_clock(self) -> None:
         """Throughput counts from now (after validation, checkpoints or compilation)."""

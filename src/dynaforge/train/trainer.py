@@ -191,7 +191,6 @@ class Trainer:
         self.best_val_loss = math.inf
         self.val_loss = math.nan
         self.skipped_steps = 0
-        self.epoch_loss = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss sum, good steps
         self.step_loss = torch.zeros((), dtype=torch.float32, device=self.device)
         self.step_samples = 0
         self.compiled = False
@@ -339,9 +338,6 @@ class Trainer:
         if self.precision.scaling:
             self.precision.scaler.update()
         self.meter.add(self.step_loss, grad_norm, bad)
-        good = (~bad).to(torch.float64)
-        # In place on purpose: a device accumulator (read once per epoch).
-        self.epoch_loss.add_(torch.stack([torch.where(bad, 0.0, self.step_loss.to(torch.float64)), good]))
         if free_gradients:
             self.free_gradients()
 
@@ -558,7 +554,7 @@ class Trainer:
         self.best_val_loss = float(state["best_val_loss"])
         self.val_loss = float(state["val_loss"])
         self.skipped_steps = int(state["skipped_steps"])
-        self.epoch_loss.copy_(torch.tensor(state["epoch_loss"], dtype=torch.float64))
+        self.meter.epoch.copy_(torch.tensor(state["epoch_loss"], dtype=torch.float64))
         if self.cluster.main:
             shutil.rmtree(self.run.eval, ignore_errors=True)  # made from weights training moves on from
             self.metrics.resume(
@@ -659,7 +655,7 @@ class Trainer:
             )
 
     def log_epoch(self, epoch: int, seconds: float) -> None:
-        loss_sum, good_steps = sum_across_ranks(self.epoch_loss, self.cluster).tolist()
+        loss_sum, good_steps = sum_across_ranks(self.meter.epoch, self.cluster).tolist()
         train_loss = loss_sum / good_steps if good_steps else math.nan  # the mean of the ranks' means
         record = {
             "kind": "epoch",
@@ -700,7 +696,7 @@ class Trainer:
         if improved:
             self.best_val_loss = self.val_loss
         position = {"epoch": epochs_done, "batches": 0 if at_epoch_end else self.batches_done}
-        epoch_loss = [0.0, 0.0] if at_epoch_end else self.epoch_loss.tolist()
+        epoch_loss = [0.0, 0.0] if at_epoch_end else self.meter.epoch.tolist()
         generators = gather_objects(rng_state(), self.cluster)  # every rank takes part
         if self.cluster.main:
             state = self.checkpoint_state(epochs_done, position, generators, epoch_loss)
@@ -710,7 +706,7 @@ class Trainer:
         barrier(self.cluster)
         if at_epoch_end:
             self.batches_done = 0
-            self.epoch_loss.zero_()
+            self.meter.epoch.zero_()
 
     def checkpoint_state(
         self,
