@@ -97,6 +97,27 @@ def gather_objects(value: Any, cluster: Cluster) -> list[Any]:
     return values
 
 
+def check_ranks_agree(model: nn.Module, cluster: Cluster) -> None:
+    """Raise if the ranks' weights have drifted apart (compares a float64 checksum of all parameters).
+
+    DDP keeps replicas equal only if every rank applies the same update to the same weights; a model
+    or optimiser that breaks that (rank-dependent code, an unsynchronised custom update) would otherwise
+    train silently on diverging copies.
+    """
+    if not cluster.distributed:
+        return
+    with torch.no_grad():
+        local = torch.stack([p.detach().to(torch.float64).sum() for p in model.parameters()]).sum()
+        checksums = [torch.zeros_like(local) for _ in range(cluster.world_size)]
+        dist.all_gather(checksums, local)
+    values = [float(c) for c in checksums]
+    if any(v != values[0] for v in values):
+        raise RuntimeError(
+            f"the {cluster.world_size} ranks hold different weights (parameter checksums {values}); the "
+            "model or optimiser does something rank-dependent"
+        )
+
+
 def wrap_data_parallel(model: nn.Module, cluster: Cluster, device: torch.device) -> nn.Module:
     """`model` wrapped in DistributedDataParallel when there are several ranks, else `model` itself.
 

@@ -69,6 +69,7 @@ from dynaforge.train.distributed import (
     EpochSampler,
     ShardSampler,
     barrier,
+    check_ranks_agree,
     gather_objects,
     join_cluster,
     leave_cluster,
@@ -697,6 +698,7 @@ class Trainer:
             self.best_val_loss = self.val_loss
         position = {"epoch": epochs_done, "batches": 0 if at_epoch_end else self.batches_done}
         epoch_loss = [0.0, 0.0] if at_epoch_end else self.meter.epoch.tolist()
+        check_ranks_agree(self.model, self.cluster)
         generators = gather_objects(rng_state(), self.cluster)  # every rank takes part
         if self.cluster.main:
             state = self.checkpoint_state(epochs_done, position, generators, epoch_loss)
