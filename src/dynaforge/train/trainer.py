@@ -491,6 +491,8 @@ class Trainer:
         elif self.cluster.main:
             self.prepare_run_folder()
         barrier(self.cluster)
+        if self.epoch == self.config.train.epochs:
+            return  # a finished run: nothing to compile, log or profile
         if self.config.train.compile.enabled:
             self.compile_with_fallback()
         if self.cluster.main and self.config.train.wandb.enabled:
@@ -556,6 +558,9 @@ class Trainer:
         self.val_loss = float(state["val_loss"])
         self.skipped_steps = int(state["skipped_steps"])
         self.meter.epoch.copy_(torch.tensor(state["epoch_loss"], dtype=torch.float64))
+        if state["complete"]:
+            log.info("%s has finished training; nothing to resume", self.run.root)
+            return
         if self.cluster.main:
             shutil.rmtree(self.run.eval, ignore_errors=True)  # made from weights training moves on from
             self.metrics.resume(
