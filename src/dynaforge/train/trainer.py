@@ -584,23 +584,27 @@ class Trainer:
     def compile_with_fallback(self) -> None:
         """torch.compile the stepped model; if a trial step fails to compile, log it and stay eager.
 
-        The trial (forward and backward on the first training windows) leaves no trace: gradients are
-        freed, buffers and random generators restored.
+        The trial runs forward and backward on the batch sizes training will see (the full one and the
+        last, partial one, which may need a recompilation), so that compilation fails here if it fails at
+        all. It leaves no trace: gradients are freed, buffers and random generators restored.
         """
         eager = self.step_model
         compiled = compile_model(eager, self.config.train.compile)
-        size = min(self.config.data.batch_size, len(self.train_set))
-        batch = default_collate([self.train_set[i] for i in range(size)])
-        inputs, targets = self.batch_to_device(batch)
+        batch_size = self.config.data.batch_size
+        last = self.train_sampler.num_samples % batch_size
+        sizes = [min(batch_size, len(self.train_set))] + ([last] if last and not self.capturing else [])
         buffers = [b.detach().clone() for b in self.model.buffers()]
         generators = rng_state()
         try:
+            for size in sizes:
+                batch = default_collate([self.train_set[i] for i in range(size)])
+                inputs, targets = self.batch_to_device(batch)
+                with self.precision.autocast(cache=self.graph is None):
+                    predicted = autoregressive_rollout(
+                        compiled, ModelInput(frames=inputs), self.config.train.rollout_steps
+                    )
+                self.loss_fn(predicted, targets).backward()
             self.step_model = compiled
-            with self.precision.autocast(cache=self.graph is None):
-                predicted = autoregressive_rollout(
-                    compiled, ModelInput(frames=inputs), self.config.train.rollout_steps
-                )
-            self.loss_fn(predicted, targets).backward()
             self.compiled = True
             log.info(
                 "model compiled (mode %s, backend %s)",
@@ -608,7 +612,6 @@ class Trainer:
                 self.config.train.compile.backend,
             )
         except Exception as error:  # any compilation failure: eager, logged
-            self.step_model = eager
             log.warning(
                 "torch.compile failed (%s: %s); training runs eagerly",
                 type(error).__name__,
