@@ -99,7 +99,20 @@ def test_too_many_bad_steps_in_a_row_stop_with_a_clear_message(tiny_data: Path, 
     assert issubclass(TrainingDiverged, RunError)  # the CLI prints it as one line
 
 
-SYNCING = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__"}
+SYNCING = {
+    "item",
+    "tolist",
+    "numpy",
+    "cpu",
+    "__bool__",
+    "__float__",
+    "__int__",
+    "__index__",
+    "nonzero",
+    "masked_select",
+    "unique",
+}
+"""Tensor reads that wait for the device (host copies, Python conversions, data-dependent shapes)."""
 STEP_PATH = ("forward_loss", "backward", "clip_gradients", "optimizer_step", "update_ema", "schedule_step")
 
 
