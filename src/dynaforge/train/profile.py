@@ -53,7 +53,7 @@ class StepProfiler:
         self.folder.mkdir(parents=True, exist_ok=True)
         with atomic_path(self.folder / "trace.json") as tmp:
             profiler.export_chrome_trace(str(tmp))
-        sort_by = "self_cuda_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        sort_by = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
         table = profiler.key_averages().table(sort_by=sort_by, row_limit=TOP_OPERATORS)
         atomic_write_text(
             self.folder / "operators.txt",
