@@ -72,3 +72,23 @@ def test_bf16_autocast_on_cuda_keeps_ffts_in_fp32(tiny_data: Path, tmp_path: Pat
         load_config(TINY, [*ON_GPU, "train.precision=bf16"]), tiny_data, tmp_path / "run", progress=False
     )
     assert summary.skipped_steps == 0 and summary.last_val_loss < 1.0
+
+
+def test_profile_on_cuda_records_device_time(tiny_data: Path, tmp_path: Path) -> None:
+    from dynaforge.cli import main
+
+    run = tmp_path / "run"
+    args = ["-q", "train", str(TINY), *ON_GPU, "--data", str(tiny_data), "--out", str(run), "--profile", "2"]
+    assert main([*args, "--no-progress"]) == 0
+    table = (run / "profile" / "operators.txt").read_text()
+    assert "CUDA" in table and "aten::" in table
+
+
+def test_resume_on_cuda_restores_every_generator(tiny_data: Path, tmp_path: Path) -> None:
+    config = load_config(TINY, [*ON_GPU, "train.checkpoint_every=2"])
+    train(config, tiny_data, tmp_path / "run", progress=False)
+    state = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt", map_location="cuda")
+    assert "cuda" in state["rng"][0]
+    trainer = Trainer(config, tiny_data, tmp_path / "run", progress=False, resume=True)
+    trainer.fit()  # a finished run: restores and returns
+    assert trainer.step == state["step"]

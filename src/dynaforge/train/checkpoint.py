@@ -111,7 +111,13 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
     numpy = state["numpy"]
     keys: Tensor = numpy["keys"]
     np.random.set_state(
-        (numpy["kind"], keys.numpy().astype(np.uint32), numpy["pos"], numpy["has_gauss"], numpy["cached"])
+        (
+            numpy["kind"],
+            keys.cpu().numpy().astype(np.uint32),
+            numpy["pos"],
+            numpy["has_gauss"],
+            numpy["cached"],
+        )
     )
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
