@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 
@@ -17,8 +18,10 @@ log = logging.getLogger("dynaforge")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Under torchrun only rank 0 reports progress; the other ranks speak up for warnings and errors.
+    worker = int(os.environ.get("RANK", "0")) > 0
     logging.basicConfig(
-        level=logging.INFO if not args.quiet else logging.WARNING, format="%(levelname)s %(message)s"
+        level=logging.WARNING if args.quiet or worker else logging.INFO, format="%(levelname)s %(message)s"
     )
     from dynaforge.runs import RunError
     from dynaforge.store import DatasetError
@@ -76,7 +79,19 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="dataset folder (from `dynaforge generate` or `convert`), or a PDEBench / The Well file",
     )
-    train.add_argument("--out", required=True, help="run folder to create")
+    train.add_argument("--out", required=True, help="run folder to create (or to continue, with --resume)")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its last checkpoint (start it if it has none)",
+    )
+    train.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="profile N optimiser steps into RUN/profile/ (Chrome trace, top operators)",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(handler=run_train)
 
@@ -252,9 +267,22 @@ def run_convert(args: argparse.Namespace) -> int:
 def run_train(args: argparse.Namespace) -> int:
     from dynaforge.train import train
 
+    if args.profile < 0:
+        raise ConfigError(f"--profile takes a number of steps >= 0, got {args.profile}")
     config = load_config(args.config, args.overrides)
-    summary = train(config, args.data, args.out, progress=False if args.no_progress else None)
+    summary = train(
+        config,
+        args.data,
+        args.out,
+        progress=False if args.no_progress else None,
+        resume=args.resume,
+        profile_steps=args.profile,
+    )
+    if int(os.environ.get("RANK", "0")) > 0:
+        return 0
     print(f"{summary.run}: {summary.epochs} epochs, best validation loss {summary.best_val_loss:.4e}")
+    if args.profile:
+        print(f"profile: {summary.run / 'profile'}")
     return 0
 
 

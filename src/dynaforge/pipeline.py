@@ -2,7 +2,8 @@
 
 Each stage is skipped when its complete output already exists for the same config: a complete dataset
 with the same identity, a run whose last checkpoint is complete, an evaluation made from the current
-checkpoint with the same `evaluate` section. A different config for an existing stage output is an error
+checkpoint with the same `evaluate` section. An unfinished training run of the same config is resumed
+from its last checkpoint (a dataset is resumed shard by shard). A different config for an existing stage output is an error
 (nothing is overwritten), except the `evaluate` section, which only reruns the evaluation.
 """
 
@@ -14,16 +15,13 @@ from pathlib import Path
 
 from dynaforge.config import Config, config_differences, config_to_dict, load_config, save_config
 from dynaforge.evaluate import evaluate, evaluation_is_current
-from dynaforge.runs import RunError, holds_run, run_folder
+from dynaforge.runs import EVALUATION_ONLY, RunError, holds_run, run_folder
 from dynaforge.store import generate
 from dynaforge.store.format import MANIFEST
 from dynaforge.store.writer import identity_of
 from dynaforge.train import load_checkpoint, train
 
 log = logging.getLogger(__name__)
-
-EVALUATION_ONLY = ("evaluate",)
-"""Config sections that change only the evaluation of a run, not the run itself."""
 
 
 def run_pipeline(config: Config, root: str | Path, progress: bool | None = None) -> Path:
@@ -37,7 +35,7 @@ def run_pipeline(config: Config, root: str | Path, progress: bool | None = None)
     if training_is_complete(run.root, config):
         log.info("train: skipped, %s is complete", run.root)
     else:
-        train(config, data, run.root, progress=progress, overwrite=True)
+        train(config, data, run.root, progress=progress, resume=True)
     if evaluation_is_current(run, config.evaluate):
         log.info("evaluate: skipped, %s is up to date", run.eval)
         return run.eval / "report.html"
@@ -61,7 +59,7 @@ def dataset_is_complete(root: Path, config: Config) -> bool:
 def training_is_complete(root: Path, config: Config) -> bool:
     """True when `root` holds a finished run of this config; an error when it holds a run of another.
 
-    A run with the same config that did not finish is restarted (False).
+    A run with the same config that did not finish is not complete (False): `train(resume=True)` continues it.
     """
     run = run_folder(root)
     if not holds_run(root):

@@ -12,6 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
+EVALUATION_ONLY = ("evaluate",)
+"""Config sections that change only the evaluation of a run, not the run itself."""
+
 
 class RunFolder(NamedTuple):
     root: Path

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynaforge.config import ConfigError, TrainConfig, config_from_dict, config_to_dict, load_config
+from dynaforge.config import (
+    ConfigError,
+    ScheduleConfig,
+    TrainConfig,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+)
 from dynaforge.models import ModelInput, ModelShape, build_model
 from dynaforge.train.checkpoint import load_checkpoint, save_checkpoint
 from dynaforge.train.log import WindowMeter
@@ -53,9 +60,9 @@ def test_warmup_then_cosine() -> None:
 
 def test_scheduler_steps_the_optimiser_lr() -> None:
     model = torch.nn.Linear(2, 2)
-    config = TrainConfig(lr=0.1, warmup_fraction=0.25, min_lr_ratio=0.0)
+    config = TrainConfig(lr=0.1, schedule=ScheduleConfig(warmup_fraction=0.25, min_lr_ratio=0.0))
     optimizer = build_optimizer(model, config)
-    scheduler = build_scheduler(optimizer, config, total_steps=8)
+    scheduler = build_scheduler(optimizer, config, 8)
     lrs = []
     for _ in range(8):
         lrs.append(optimizer.param_groups[0]["lr"])
@@ -107,10 +114,24 @@ def test_load_checkpoint_errors(tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "other.pt")
 
 
-def test_window_meter_means() -> None:
+def test_window_meter_means_skips_and_streaks() -> None:
     meter = WindowMeter(torch.device("cpu"))
-    meter.add(torch.tensor(1.0), torch.tensor(4.0), samples=8)
-    meter.add(torch.tensor(3.0), torch.tensor(2.0), samples=8)
-    summary = meter.summary()
-    assert summary["loss"] == 2.0 and summary["grad_norm"] == 3.0 and summary["steps"] == 2
+    good, bad = torch.tensor(False), torch.tensor(True)
+    meter.add(torch.tensor(1.0), torch.tensor(4.0), good)
+    meter.count(8)
+    meter.add(torch.tensor(float("nan")), torch.tensor(float("inf")), bad)
+    meter.count(8)
+    meter.add(torch.tensor(3.0), torch.tensor(2.0), good)
+    meter.count(8)
+    summary = meter.read()
+    assert summary["loss"] == 2.0 and summary["grad_norm"] == 3.0 and summary["steps"] == 3
+    assert summary["skipped"] == 1 and summary["bad_streak"] == 1
     assert summary["samples_per_s"] > 0
+    meter.reset()
+    for _ in range(3):
+        meter.add(torch.tensor(1.0), torch.tensor(1.0), bad)
+    meter.reset()  # a streak carries over into the next window
+    meter.add(torch.tensor(1.0), torch.tensor(1.0), bad)
+    summary = meter.read()
+    assert summary["bad_streak"] == 4 and summary["skipped"] == 1
+    assert math.isnan(summary["loss"])

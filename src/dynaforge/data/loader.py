@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from dynaforge.config import DataConfig
 
@@ -22,8 +22,10 @@ def make_loader(
     shuffle: bool,
     seed: int = 0,
     drop_last: bool = False,
+    sampler: Sampler[int] | None = None,
 ) -> DataLoader:
-    """A DataLoader for `dataset`: shuffled with its own seeded generator (the global RNG is untouched).
+    """A DataLoader for `dataset`: shuffled with its own seeded generator (the global RNG is untouched),
+    or in the order of `sampler` (then `shuffle` must be False).
 
     Pinned memory only helps copies to a GPU, so `pin_memory: null` pins exactly when training on CUDA.
     Workers start with `config.start_method` (forkserver by default; fork is unsafe with threads and CUDA)
@@ -37,6 +39,7 @@ def make_loader(
         dataset,
         batch_size=config.batch_size,
         shuffle=shuffle,
+        sampler=sampler,
         drop_last=drop_last,
         num_workers=workers,
         pin_memory=pin,

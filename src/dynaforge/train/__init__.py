@@ -1,7 +1,18 @@
-"""Training: the loop (trainer.py), optimisers, schedules, losses, checkpoints and run logs."""
+"""Training: the loop (trainer.py) and its parts, each usable on its own by other training stages:
+optimisers (optim.py), schedules (schedule.py), mixed precision (precision.py), EMA (ema.py), checkpoints
+and random generator states (checkpoint.py), torchrun/DDP (distributed.py), torch.compile and CUDA graphs
+(capture.py), run logs and device meters (log.py), the profiler (profile.py), losses (losses.py)."""
 
 from dynaforge.train.checkpoint import load_checkpoint, save_checkpoint
 from dynaforge.train.losses import LOSSES
-from dynaforge.train.trainer import Trainer, TrainSummary, train
+from dynaforge.train.trainer import Trainer, TrainingDiverged, TrainSummary, train
 
-__all__ = ["LOSSES", "TrainSummary", "Trainer", "load_checkpoint", "save_checkpoint", "train"]
+__all__ = [
+    "LOSSES",
+    "TrainSummary",
+    "Trainer",
+    "TrainingDiverged",
+    "load_checkpoint",
+    "save_checkpoint",
+    "train",
+]

@@ -1,16 +1,22 @@
-"""Run logging: metrics.jsonl (one JSON object per line), window meters that read the device once per window.
+"""Run logging: metrics.jsonl (always), device-side window meters, optional Weights & Biases.
 
-Lines carry a `kind`: `header` (code version and environment, first line), `train` (one per logging
-window: loss, lr, grad norm, throughput), `epoch` (train and validation loss, epoch time, best so far).
+metrics.jsonl lines carry a `kind`: `header` (code version and environment, first line), `train` (one per
+logging window: loss, lr, grad norm, skipped steps, throughput), `epoch` (train and validation loss, epoch
+time, best so far), `resume` (where a resumed run picked up).
+
+The meters add on the device, in place, and are read back once per logging window: no host sync per step.
 """
 
 from __future__ import annotations
 
 import json
+import netrc
 import os
 import platform
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +24,9 @@ import torch
 from torch import Tensor
 
 import dynaforge
+from dynaforge.atomic import atomic_write_text
+from dynaforge.config import WandbConfig
+from dynaforge.runs import RunError
 
 
 class MetricsLog:
@@ -32,6 +41,12 @@ class MetricsLog:
         self.path.write_text("")
         self.write({"kind": "header", **header})
 
+    def resume(self, step: int, record: dict[str, Any]) -> None:
+        """Keep the lines up to optimiser step `step` (what the checkpoint holds), then add `record`."""
+        kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= step] if self.path.exists() else []
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        self.write(record)
+
     def write(self, record: dict[str, Any]) -> None:
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
@@ -39,38 +54,75 @@ class MetricsLog:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Every record of a metrics.jsonl file."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """Every record of a metrics.jsonl file (a line cut short by a kill is ignored)."""
+    records = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
 
 
 class WindowMeter:
-    """Sums of loss and grad norm over a logging window, kept on the device (no host sync per step)."""
+    """Sums over a logging window, on the device: loss and grad norm of good steps, skipped steps, and the
+    longest run of consecutive skipped steps; and the epoch's loss sum and good steps. Step and sample
+    counts are kept on the host (`count`).
+
+    `add` is a handful of in-place device operations (no host sync), so it can run inside a captured
+    CUDA graph.
+    """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        # loss sum, grad-norm sum, good steps, bad steps, current bad streak, longest bad streak
+        self.sums = torch.zeros(6, dtype=torch.float64, device=device)
+        self.epoch = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, good steps
         self.reset()
 
     def reset(self) -> None:
-        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        self.grad_norm_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        """Start a new window (a streak of bad steps carries over into it)."""
+        self.sums[:4].zero_()
+        self.sums[5:].copy_(self.sums[4:5])
         self.steps = 0
         self.samples = 0
         self.started = time.perf_counter()
 
-    def add(self, loss: Tensor, grad_norm: Tensor, samples: int) -> None:
-        self.loss_sum = self.loss_sum + loss.detach().to(torch.float64)
-        self.grad_norm_sum = self.grad_norm_sum + grad_norm.detach().to(torch.float64)
+    def add(self, loss: Tensor, grad_norm: Tensor, bad: Tensor) -> None:
+        """Account one optimiser step; `bad` is a 0-dim bool tensor (the step was skipped)."""
+        bad64 = bad.to(torch.float64).reshape(1)
+        values = torch.where(bad, 0.0, torch.stack([loss.detach(), grad_norm.detach()]).to(torch.float64))
+        increments = torch.cat([values, 1.0 - bad64, bad64])  # loss, norm, good, bad
+        # In place on purpose: persistent accumulators, updated every step without a host sync.
+        self.sums[:4].add_(increments)
+        self.sums[4:5].add_(1.0).mul_(bad64)  # the streak grows by one on a bad step, else restarts
+        torch.maximum(self.sums[5:], self.sums[4:5], out=self.sums[5:])
+        self.epoch.add_(increments[0::2])
+
+    def restart_clock(self) -> None:
+        """Throughput counts from now (after validation, checkpoints or compilation)."""
+        self.started = time.perf_counter()
+
+    def count(self, samples: int) -> None:
         self.steps += 1
         self.samples += samples
 
-    def summary(self) -> dict[str, float]:
-        """Window means and throughput; the one host sync of the window."""
+    def read(self, sum_ranks: Callable[[Tensor], Tensor] | None = None, ranks: int = 1) -> dict[str, Any]:
+        """Window means and throughput: the one host sync of the window.
+
+        Under DDP `sum_ranks` sums the meters over the `ranks` processes: the loss becomes the mean of the
+        ranks' batch means (the global batch mean, the batches being of equal size); the other meters
+        are the same on every rank (they follow the all-reduced gradients).
+        """
         seconds = max(time.perf_counter() - self.started, 1e-9)
-        values = torch.stack([self.loss_sum, self.grad_norm_sum]).cpu().tolist()
+        sums = self.sums if sum_ranks is None else sum_ranks(self.sums) / ranks
+        loss_sum, norm_sum, good, bad, _, longest = sums.tolist()
         return {
-            "loss": values[0] / max(self.steps, 1),
-            "grad_norm": values[1] / max(self.steps, 1),
-            "samples_per_s": self.samples / seconds,
+            "loss": loss_sum / good if good else float("nan"),
+            "grad_norm": norm_sum / good if good else float("nan"),
+            "skipped": int(bad),
+            "bad_streak": int(longest),
+            "samples_per_s": self.samples * ranks / seconds,
             "steps": self.steps,
         }
 
@@ -79,11 +131,94 @@ def environment() -> dict[str, Any]:
     """Code version and environment, for the top of every run log."""
     return {
         "dynaforge_version": dynaforge.__version__,
+        **code_version(),
         "torch": torch.__version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.is_available(),
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        "argv": sys.argv,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def code_version() -> dict[str, Any]:
+    """The git commit of the dynaforge source (and whether it has uncommitted changes), when in a checkout."""
+    source = Path(dynaforge.__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=source,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {"git_commit": None}
+    return {"git_commit": commit, "git_dirty": bool(status.strip())}
+
+
+# ---- Weights & Biases (optional) --------------------------------------------------------------------
+
+
+def wandb_key_configured() -> bool:
+    """True when W&B has an API key: WANDB_API_KEY, or an api.wandb.ai entry in ~/.netrc (`wandb login`)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+class WandbLogger:
+    """Mirrors metrics.jsonl records to a W&B run (offline when no key is configured).
+
+    The run id is kept in RUN/wandb.json so that a resumed training continues the same W&B run.
+    """
+
+    def __init__(self, config: WandbConfig, run_root: Path, full_config: dict[str, Any]) -> None:
+        try:
+            import wandb
+        except ImportError as error:
+            raise RunError(
+                "train.wandb.enabled=true needs the optional wandb package: pip install 'dynaforge[wandb]' "
+                "(or set train.wandb.enabled=false)"
+            ) from error
+        mode = config.mode
+        if mode == "auto":
+            mode = "online" if wandb_key_configured() else "offline"
+        id_file = run_root / "wandb.json"
+        run_id = json.loads(id_file.read_text())["id"] if id_file.exists() else None
+        self.run = wandb.init(
+            project=config.project,
+            entity=config.entity,
+            group=config.group,
+            name=config.name or run_root.name,
+            tags=list(config.tags),
+            config=full_config,
+            dir=str(run_root),
+            mode=mode,
+            id=run_id,
+            resume="allow",
+        )
+        self.mode = mode
+        if run_id is None and getattr(self.run, "id", None):
+            atomic_write_text(id_file, json.dumps({"id": self.run.id}))
+
+    def log(self, record: dict[str, Any]) -> None:
+        values = {f"{record['kind']}/{k}": v for k, v in record.items() if numeric(v) and k != "step"}
+        self.run.log(values, step=int(record.get("step", 0)))
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+def numeric(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
