@@ -244,6 +244,25 @@ def test_a_found_inf_step_changes_nothing(name: str, fused: bool | None) -> None
     assert any(not torch.equal(v, params[k]) for k, v in model.state_dict().items())
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_skipped_first_sgd_step_leaves_momentum_as_a_fresh_start(fused: bool) -> None:
+    # Fused SGD would leave its momentum buffers uninitialised after a skipped first step.
+    torch.manual_seed(0)
+    skipped, fresh = nn.Linear(4, 3), nn.Linear(4, 3)
+    fresh.load_state_dict(skipped.state_dict())
+    optimizers = [
+        build_optimizer(m, train_config("sgd", momentum=0.9, fused=fused)) for m in (skipped, fresh)
+    ]
+    quadratic_grad(skipped)
+    step_unless(optimizers[0], torch.tensor(1.0))
+    for model, optimizer in zip((skipped, fresh), optimizers):
+        for _ in range(2):
+            quadratic_grad(model)
+            step_unless(optimizer, torch.tensor(0.0))
+    for a, b in zip(skipped.parameters(), fresh.parameters()):
+        assert torch.equal(a, b)
+
+
 def _states(state_dict: dict) -> list[dict]:
     if "state" in state_dict:
         return list(state_dict["state"].values())

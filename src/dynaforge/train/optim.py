@@ -79,9 +79,11 @@ def build_optimizer(model: nn.Module, config: TrainConfig, capturable: bool = Fa
     fused = resolve_fused(settings, [p for _, p in named])
     groups = [g for g in decay_groups(named, config.weight_decay) if g["params"]]
     if settings.name == "sgd":
-        return torch.optim.SGD(
+        sgd = torch.optim.SGD(
             groups, lr=config.lr, momentum=settings.momentum, nesterov=settings.nesterov, fused=fused
         )
+        start_momentum_at_zero(sgd)
+        return sgd
     cls = torch.optim.AdamW if settings.name == "adamw" else torch.optim.Adam
     lr: float | Tensor = config.lr
     if capturable:
@@ -94,6 +96,21 @@ def build_optimizer(model: nn.Module, config: TrainConfig, capturable: bool = Fa
         fused=fused,
         capturable=capturable,
     )
+
+
+def start_momentum_at_zero(optimizer: torch.optim.SGD) -> None:
+    """Create SGD's momentum buffers as zeros before the first step.
+
+    Fused SGD allocates them uninitialised (`empty_like`) at its first step and fills them in the kernel;
+    when that step is skipped (`found_inf`) they stay garbage for every later step. Starting from zeros
+    changes nothing otherwise: with no dampening, 0 * momentum + g equals the first gradient SGD would
+    copy in.
+    """
+    if optimizer.defaults["momentum"] == 0:
+        return
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 def resolve_fused(settings: OptimizerConfig, parameters: Sequence[Tensor]) -> bool:
