@@ -267,7 +267,7 @@ def generate_block(
     rollout = system.rollout(
         initial.to(device),
         batch_params.to(device),
-        on_step=(lambda n, b=hi - lo: on_steps(n * b)) if on_steps else None,
+        on_step=on_steps,
     )
     block = channels_first_to_last(rollout.fields).cpu().numpy().astype(np.float32)
     return block, batch_params.numpy(), rollout.time.numpy()
