@@ -3,8 +3,10 @@
 Subnormal (denormal) floats are handled in microcode on x86 and cost about a hundred times a normal
 operation; a decaying field (Gray-Scott, the noise-free tail of an operator) can fill a tensor with them and
 slow a rollout down ~100x. Flushing them to zero changes values below ~1.2e-38 (float32) only.
-`torch.set_flush_denormal` sets the flag of the calling thread (x86 MXCSR; threads started later inherit
-it) and has no getter, so `denormals_flushed` probes it with one multiplication.
+`torch.set_flush_denormal` sets the flag of the calling thread only (x86 MXCSR; threads it starts later
+inherit it, an OpenMP pool already running keeps its own: with several intra-op threads, the share of the
+work done on the pool's other threads is not flushed) and has no getter, so `denormals_flushed` probes the
+calling thread with one multiplication.
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ def step_function(arch: Architecture, dtype: torch.dtype, compile: bool) -> Call
         noise: Tensor,
         weights: list[Tensor],
         biases: list[Tensor],
-        norms: list,
+        norms: list[tuple[Tensor, Tensor]],
         coefficients: Tensor,
     ) -> Tensor:
         return fused_operator_step(x, noise, weights, biases, norms, coefficients, arch, dtype)
