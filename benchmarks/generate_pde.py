@@ -1,8 +1,10 @@
-"""Generation throughput of the batched 1D PDE solvers, in sample-steps per second.
+"""Generation throughput of the batched PDE solvers, in sample-steps per second.
 
-Two cases from issue 2, both at ETDRK order 2 (exponax's default) and float32 (both libraries' default):
-- Burgers: domain length 1, N = 256, viscosity 0.01, dt 0.01, 256 samples x 200 steps;
-- KS: N = 200, L = 100, dt 0.1, 256 samples x 500 steps.
+Three cases, all at ETDRK order 2 (exponax's default) and float32 (both libraries' default):
+- Burgers (issue 2): domain length 1, N = 256, viscosity 0.01, dt 0.01, 256 samples x 200 steps;
+- KS (issue 2): N = 200, L = 100, dt 0.1, 256 samples x 500 steps;
+- Navier-Stokes 2D (issue 5): vorticity form, 128 x 128, L = 2 pi, nu = 1e-3, no drag or forcing,
+  dt 0.01, 32 samples x 50 steps.
 
 Baselines, measured in the same process from the same initial conditions:
 - a per-sample Python loop over the same dynaforge solver (one `rollout` per sample);
@@ -13,13 +15,17 @@ Both solvers solve the same discrete problem. exponax writes every PDE with all 
 and the derivative operator i k; its `Burgers` is u_t + b/2 (u^2)_x = nu u_xx with b = 1 (the
 `conservative=True` form, so that both codes evaluate the same pseudo-spectral product (u^2)_x; its
 default non-conservative form evaluates u u_x with one more transform), and `KuramotoSivashinskyConservative`
-is u_t + b/2 (u^2)_x + psi_1 u_xx + psi_2 u_xxxx = 0 with b = psi_1 = psi_2 = 1. exponax keeps modes with
-|m| <= f (N // 2) - 1 in nonlinear products; f is chosen so that it keeps exactly the modes dynaforge's 2/3
-rule keeps (3 |m| < N), which the script checks. Timings exclude the first call (JIT compilation for
+is u_t + b/2 (u^2)_x + psi_1 u_xx + psi_2 u_xxxx = 0 with b = psi_1 = psi_2 = 1. Its `NavierStokesVorticity`
+is w_t + b ([1, -1] * grad(inverse_laplacian(w))) . grad(w) = lambda w + nu laplacian(w), i.e. a stream
+function with laplacian(psi) = +w, where dynaforge (and the usual physics convention, w = v_x - u_y) has
+laplacian(psi) = -w with the same velocity (psi_y, -psi_x): the advecting velocities differ in sign, so the
+same PDE is exponax's with b = -1 (and lambda = -drag = 0). Both truncate the state before the products and
+the product after. exponax keeps modes with |m| <= f (N // 2) - 1 on every axis in nonlinear products; f is
+chosen so that it keeps exactly the modes dynaforge's 2/3 rule keeps (3 |m| < N), which the script checks. Timings exclude the first call (JIT compilation for
 exponax; lazy initialisation for torch), whose duration is reported separately; dynaforge's timed calls
 include its coefficient set-up, exponax's stepper is built once outside the timed region.
 
-Run: `.venv-bench/bin/python benchmarks/generate_pde.py [--quick]` (or `make bench`).
+Run: `.venv-bench/bin/python benchmarks/generate_pde.py [--quick] [--cases navier_stokes_2d]` (or `make bench`).
 Writes benchmarks/results/generate_pde.json (one record per case and baseline; ratio > 1: dynaforge faster).
 """
 
@@ -27,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import math
 import os
 import platform
 import statistics
@@ -61,7 +69,8 @@ class Case:
     dt: float
     samples: int
     steps: int
-    viscosity: float | None = None  # Burgers only
+    viscosity: float | None = None  # Burgers and Navier-Stokes
+    ndim: int = 1
 
     def overrides(self, dtype: str) -> list[str]:
         return [
@@ -77,8 +86,10 @@ class Case:
         ]
 
     def label(self) -> str:
+        grid = "x".join([str(self.resolution)] * self.ndim)
+        nu = f", nu={self.viscosity:g}" if self.viscosity is not None and self.ndim > 1 else ""
         return (
-            f"{self.name}: N={self.resolution}, L={self.domain_length:g}, dt={self.dt:g}, "
+            f"{self.name}: N={grid}, L={self.domain_length:g}{nu}, dt={self.dt:g}, "
             f"{self.samples} samples x {self.steps} steps, ETDRK{ORDER}, float32"
         )
 
@@ -86,12 +97,13 @@ class Case:
 CASES = (
     Case("burgers", "burgers", 256, 1.0, 0.01, 256, 200, viscosity=0.01),
     Case("ks", "ks", 200, 100.0, 0.1, 256, 500),
+    Case("navier_stokes_2d", "navier_stokes", 128, 2 * math.pi, 0.01, 32, 50, viscosity=1e-3, ndim=2),
 )
 
 
 def quick_case(case: Case) -> Case:
     """A smoke-run version: fewer samples and steps, same grid and step."""
-    return dataclasses.replace(case, samples=32, steps=40)
+    return dataclasses.replace(case, samples=min(case.samples, 8 if case.ndim > 1 else 32), steps=40)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -100,11 +112,12 @@ def quick_case(case: Case) -> Case:
 
 @dataclass(frozen=True)
 class Timing:
-    """The first (warm-up) call and the median of the timed calls, in seconds."""
+    """The first (warm-up) call and the median of the timed calls, in seconds (wall; and process CPU)."""
 
     warmup: float
     median: float
     runs: tuple[float, ...]
+    cpu_median: float
 
 
 def time_calls(run: Callable[[], object], repeats: int) -> Timing:
@@ -121,12 +134,17 @@ def time_interleaved(runs: list[Callable[[], object]], repeats: int) -> list[Tim
         run()
         warmups.append(time.perf_counter() - start)
     timed: list[list[float]] = [[] for _ in runs]
+    cpu: list[list[float]] = [[] for _ in runs]
     for _ in range(repeats):
-        for run, times in zip(runs, timed):
-            start = time.perf_counter()
+        for run, times, cpu_times in zip(runs, timed, cpu):
+            start, cpu_start = time.perf_counter(), time.process_time()
             run()
             times.append(time.perf_counter() - start)
-    return [Timing(w, statistics.median(t), tuple(t)) for w, t in zip(warmups, timed)]
+            cpu_times.append(time.process_time() - cpu_start)
+    return [
+        Timing(w, statistics.median(t), tuple(t), statistics.median(c))
+        for w, t, c in zip(warmups, timed, cpu)
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -170,6 +188,11 @@ def exponax_stepper(case: Case) -> object:  # an exponax stepper (exponax is a b
 
     fraction = exponax_dealiasing_fraction(case.resolution)
     common = {"order": ORDER, "dealiasing_fraction": fraction}
+    if case.system == "navier_stokes":
+        return exponax.stepper.NavierStokesVorticity(
+            2, case.domain_length, case.resolution, case.dt, diffusivity=case.viscosity,
+            vorticity_convection_scale=-1.0, drag=0.0, **common,
+        )  # fmt: skip
     if case.system == "burgers":
         return exponax.stepper.Burgers(
             1, case.domain_length, case.resolution, case.dt, diffusivity=case.viscosity, convection_scale=1.0,
@@ -187,8 +210,10 @@ def check_same_dealiasing(case: Case) -> None:
     fraction = exponax_dealiasing_fraction(case.resolution)
     highest_resolved = case.resolution // 2
     cutoff = fraction * highest_resolved - 1  # exponax's rule (nonlin_fun/_base.py), cutoff inclusive
-    theirs = np.asarray(exponax.spectral.low_pass_filter_mask(1, case.resolution, cutoff=cutoff)).reshape(-1)
-    ours = dealias_mask((case.resolution,), torch.device("cpu"), torch.float32).numpy().astype(bool)
+    theirs = np.asarray(exponax.spectral.low_pass_filter_mask(case.ndim, case.resolution, cutoff=cutoff))
+    shape = (case.resolution,) * case.ndim
+    ours = dealias_mask(shape, torch.device("cpu"), torch.float32).numpy().astype(bool)
+    theirs = theirs.reshape(ours.shape)
     if not np.array_equal(theirs, ours):
         raise RuntimeError(f"{case.name}: exponax and dynaforge dealias different modes")
 
@@ -299,7 +324,9 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
             "ratio": dyn_rate / exp_rate,
             "notes": (
                 f"medians of {repeats} interleaved runs: dynaforge {batched.median:.4f} s (first call {batched.warmup:.4f} s), "
-                f"exponax {exp_timing.median:.4f} s (first call incl. JIT {exp_timing.warmup:.4f} s); "
+                f"exponax {exp_timing.median:.4f} s (first call incl. JIT {exp_timing.warmup:.4f} s); process CPU "
+                f"time medians dynaforge {batched.cpu_median:.4f} s, exponax {exp_timing.cpu_median:.4f} s "
+                f"(ratio {exp_timing.cpu_median / batched.cpu_median:.2f}); "
                 f"{accuracy}; {environment}"
             ),
         },
@@ -330,6 +357,12 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per solver (median reported)")
     parser.add_argument(
+        "--cases",
+        default="",
+        help="comma-separated case names to run (default all: burgers, ks, navier_stokes_2d); the other "
+        "cases' records already in the results file are kept",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -338,12 +371,18 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads > 0:
         set_threads(args.threads)
-    cases = [quick_case(c) for c in CASES] if args.quick else list(CASES)
+    chosen = [c for c in CASES if not args.cases or c.name in args.cases.split(",")]
+    if not chosen:
+        raise SystemExit(f"--cases {args.cases!r} names none of: {', '.join(c.name for c in CASES)}")
+    cases = [quick_case(c) for c in chosen] if args.quick else chosen
     repeats = 1 if args.quick else args.repeats
     records = []
     for case in cases:
         records.extend(run_case(case, repeats))
     out = args.out or (QUICK_RESULTS if args.quick else RESULTS)
+    if args.cases and out.exists():  # keep the other cases' records from an earlier run
+        ran = {record["case"] for record in records}
+        records = [r for r in json.loads(out.read_text()) if r["case"] not in ran] + records
     atomic_write_json(out, records)
     print(f"\nwrote {out}")
 

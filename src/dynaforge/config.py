@@ -391,7 +391,14 @@ class RandomCNNConfig(SystemConfig):
     precision: Literal["bfloat16", "float32"] = "bfloat16"
     """Precision of the convolutions (the state and the noise stay float32)."""
     channels_last: bool = True
-    """Run convolutions in channels-last layout (fastest for bf16 on CPU)."""
+    """Run the grouped engine's convolutions in channels-last layout (the fused engine always does)."""
+    engine: Literal["fused", "grouped"] = "fused"
+    """`fused`: one operator at a time, its M realizations together, each layer's activations kept in cache
+    and its normalisation, activation and padding fused (fastest on CPU). `grouped`: K operators of an
+    architecture as one grouped convolution per layer (fewest kernel launches, the GPU layout)."""
+    compile: bool = True
+    """torch.compile the fused engine's step: one graph per architecture (about 10-20 s on first use,
+    cached on disk by torch), reused by all its operators. Off: the same step runs eagerly (slower)."""
     max_group: int = 16
     """Most operators of one architecture batched into one grouped convolution."""
     memory_budget_gb: float = 4.0

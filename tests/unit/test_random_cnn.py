@@ -23,6 +23,7 @@ SMALL = [
     "system.steps=5",
     "system.space.depth.high=2",
     "system.space.width_cap.choices={'32': 1.0}",
+    "system.compile=false",  # eager fused engine: fast tests; the compiled path has its own tests below
 ]
 
 
@@ -74,8 +75,7 @@ def test_an_operator_is_rebuilt_exactly_from_its_stored_parameters_and_seeds(pre
     generators = [
         rc.noise_generator(sample_seed(11, "val", r)) for r in range(operator * m, (operator + 1) * m)
     ]
-    dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
-    group = rc.GroupedOperators(arch, [op], [rc.operator_weights(arch, op.weight_gain, seed)], dtype)
+    group = rc.build_group(arch, [op], [rc.operator_weights(arch, op.weight_gain, seed)], system.config)
     frames = rc.grouped_rollout(
         group, torch.from_numpy(field).float()[None], [generators], system.config.steps
     )
@@ -83,8 +83,9 @@ def test_an_operator_is_rebuilt_exactly_from_its_stored_parameters_and_seeds(pre
     np.testing.assert_array_equal(rebuilt, rows.fields[row])
 
 
-def test_grouped_float32_matches_the_straightforward_loop() -> None:
-    system = small_system("system.precision=float32")
+@pytest.mark.parametrize("engine", ["fused", "grouped"])
+def test_grouped_float32_matches_the_straightforward_loop(engine: str) -> None:
+    system = small_system("system.precision=float32", f"system.engine={engine}")
     batch, *_ = system.build_operators("train", 0, 6, base_seed=2)
     states = [[g.get_state() for g in gens] for gens in batch.generators]
     fast = rc.generate_operators(batch, system.config, torch.device("cpu"))
@@ -189,3 +190,49 @@ def test_rows_must_hold_whole_operators(tmp_path) -> None:
     )
     with pytest.raises(ConfigError, match=r"multiples of system\.realizations"):
         generate(config, tmp_path / "d", progress=False)
+
+
+ONE_ARCHITECTURE = [
+    "system.space.depth.low=2",
+    "system.space.stem_width.choices={'16': 1.0}",
+    "system.space.kernel_size.choices={'3': 1.0}",
+    "system.space.block.choices={residual: 1.0}",
+    "system.space.norm.choices={group: 1.0}",
+    "system.space.activation.choices={gelu: 1.0}",
+]
+"""Operators of a single architecture (16-32-32, residual, group norm, GELU): one compiled graph per precision."""
+COMPILE_WARNING = "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
+"""Emitted by torch's own modules while inductor compiles; not ours to fix."""
+
+
+def test_wrap_by_index_is_periodic_padding() -> None:
+    from dynaforge.systems.random_cnn_fused import wrap_by_index
+
+    h = torch.randn(2, 3, 7, 5, dtype=torch.float32)
+    for k in (1, 3, 5):
+        torch.testing.assert_close(wrap_by_index(h, k), rc.periodic_pad(h, k), atol=0, rtol=0)
+    assert torch.equal(rc.periodic_pad(h, 3)[:, :, 0, 1:-1], h[:, :, -1])  # the row above row 0 is the last
+
+
+@pytest.mark.filterwarnings(COMPILE_WARNING)
+def test_compiled_fused_engine_rebuilds_exactly_and_agrees_with_eager_execution() -> None:
+    """One compiled graph (bf16): the production path. Eagerly, the same step is checked against the
+    definition in float32 (test_grouped_float32_matches_the_straightforward_loop)."""
+    compiled = small_system(*ONE_ARCHITECTURE, "system.compile=true")
+    m = compiled.config.realizations
+    rows = compiled.generate_rows("train", 0, 4 * m, base_seed=5, device=torch.device("cpu"))
+    # Operator 2 alone through the same compiled graph: bit for bit what the batch of 4 produced.
+    batch, *_ = compiled.build_operators("train", 2, 3, base_seed=5)
+    arch = rc.architecture_of(batch.ops[0], compiled.channels)
+    group = rc.build_group(arch, batch.ops, batch.layers, compiled.config)
+    alone = rc.grouped_rollout(group, batch.initial, batch.generators, compiled.config.steps)
+    np.testing.assert_array_equal(torch.movedim(alone[0], 2, -1).numpy(), rows.fields[2 * m : 3 * m])
+    # One step against eager execution of the same bf16 step and against the float32 definition.
+    fields = torch.from_numpy(rows.fields[:, 1]).movedim(-1, 1).reshape(4, m, 3, 16, 16)
+    for precision in ("bfloat16", "float32"):
+        eager = small_system(*ONE_ARCHITECTURE, "system.steps=1", f"system.precision={precision}")
+        one = rc.generate_operators(
+            eager.build_operators("train", 0, 4, 5)[0], eager.config, torch.device("cpu")
+        )
+        relative = (fields - one[:, :, 1]).abs().amax() / one[:, :, 1].abs().amax()
+        assert 0 < float(relative) < 0.03, (precision, float(relative))

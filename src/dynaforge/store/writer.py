@@ -31,6 +31,7 @@ from dynaforge.config import (
     resolve_device,
     save_config,
 )
+from dynaforge.floating import flush_denormals
 from dynaforge.store.format import (
     AXIS_NAMES,
     CONFIG,
@@ -211,21 +212,10 @@ def write_shard(
                 split_size = config.dataset.split_sizes()[shard.split]
                 h5.attrs.update(system.shard_attributes(shard.split, split_size, config.dataset.seed))
             for lo, hi in batches(shard.size, config.dataset.batch_size):
-                if hasattr(system, "generate_rows"):  # systems that draw their own samples (random_cnn)
-                    rows = system.generate_rows(
-                        shard.split, shard.start + lo, shard.start + hi, config.dataset.seed, device, on_steps
+                with flush_denormals():  # subnormals cost ~100x (decaying fields); restored after each batch
+                    block, block_params, time = generate_block(
+                        h5, shard, config, system, device, seeds, lo, hi, on_steps
                     )
-                    block, block_params, time = rows.fields, rows.params, rows.time
-                    write_extras(h5, rows.extras, lo, hi, shard.size)
-                else:
-                    batch_params, initial = system.draw_samples([sample_rng(int(s)) for s in seeds[lo:hi]])
-                    rollout = system.rollout(
-                        initial.to(device),
-                        batch_params.to(device),
-                        on_step=(lambda n, b=hi - lo: on_steps(n * b)) if on_steps else None,
-                    )
-                    block = channels_first_to_last(rollout.fields).cpu().numpy().astype(np.float32)
-                    block_params, time = batch_params.numpy(), rollout.time.numpy()
                 fields[lo:hi] = block
                 params[lo:hi] = block_params
                 moments = moments.merge(ChannelMoments.of(block))
@@ -251,6 +241,34 @@ def write_shard(
     }
     atomic_write_json(root / shard.record, record)
     return record
+
+
+def generate_block(
+    h5: h5py.File,
+    shard: ShardSpec,
+    config: Config,
+    system: SpectralSystem | RandomCNNSystem,
+    device: torch.device,
+    seeds: np.ndarray,
+    lo: int,
+    hi: int,
+    on_steps: Callable[[int], Any] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows [lo, hi) of a shard: fields (channels last, float32), parameters and frame times."""
+    if hasattr(system, "generate_rows"):  # systems that draw their own samples (random_cnn)
+        rows = system.generate_rows(
+            shard.split, shard.start + lo, shard.start + hi, config.dataset.seed, device, on_steps
+        )
+        write_extras(h5, rows.extras, lo, hi, shard.size)
+        return rows.fields, rows.params, rows.time
+    batch_params, initial = system.draw_samples([sample_rng(int(s)) for s in seeds[lo:hi]])
+    rollout = system.rollout(
+        initial.to(device),
+        batch_params.to(device),
+        on_step=on_steps,
+    )
+    block = channels_first_to_last(rollout.fields).cpu().numpy().astype(np.float32)
+    return block, batch_params.numpy(), rollout.time.numpy()
 
 
 def write_extras(h5: h5py.File, extras: dict[str, np.ndarray], lo: int, hi: int, size: int) -> None:

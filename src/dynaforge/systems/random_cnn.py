@@ -16,13 +16,17 @@ x <- p x + q O(x). Each operator runs M realizations: the same initial field, in
 one torch.Generator per (operator, realization) seeded from that row's seed, drawing one (C, n, n)
 block per step. The noise and the state are float32 whatever the convolution precision.
 
-Two ways to run the same operators:
+Three ways to run the same operators:
 - `RandomCNN` + `reference_rollout`: the straightforward way, one operator at a time in eager float32
   (realizations batched). It is the definition.
-- `GroupedOperators` + `grouped_rollout`: K operators of one architecture as one grouped convolution
-  over (M, K C, n, n), in bfloat16 channels-last on request, with a preallocated trajectory buffer.
-  `generate_operators` groups a batch by architecture and splits groups to fit a memory budget,
-  halving the split and retrying on out-of-memory.
+- `FusedOperators` (random_cnn_fused.py, `engine: fused`, the default): one operator at a time with its
+  realizations, bf16 channels-last convolutions, normalisation + activation + residual + padding fused
+  by torch.compile; the fastest on CPU.
+- `GroupedOperators` (`engine: grouped`): K operators of one architecture as one grouped convolution
+  over (M, K C, n, n), eager; the fewest kernel launches (the GPU layout).
+`grouped_rollout` runs either kind of group (state (K, M, C, n, n), preallocated trajectory and noise
+buffers, subnormals flushed to zero during the rollout); `generate_operators` groups a batch by
+architecture and splits groups to fit a memory budget, halving the split and retrying on out-of-memory.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -39,6 +43,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.config import InitialConfig, OperatorSpace, RandomCNNConfig
+from dynaforge.floating import flush_denormals
 from dynaforge.systems.sampling import (
     centred_discrepancy,
     choice_names,
@@ -273,13 +278,44 @@ class GroupedOperators:
             h = h + y if self.arch.block == "residual" and y.shape == h.shape else y
         return F.conv2d(h, self.weights[-1], self.biases[-1], groups=self.k).float()
 
-    def step(self, x: Tensor, noise: Tensor) -> Tensor:
+    def step(
+        self, x: Float[Tensor, "k m channels x y"], noise: Float[Tensor, "k m channels x y"]
+    ) -> Float[Tensor, "k m channels x y"]:
         """x <- p x + q (O(x) + sigma xi) for every operator and realization."""
-        return self.p * x + self.q * self.apply(x) + self.q_sigma * noise
+        k, m, c = x.shape[:3]
+        x = x.transpose(0, 1).reshape(m, k * c, *x.shape[3:])
+        noise = noise.transpose(0, 1).reshape(m, k * c, *noise.shape[3:])
+        out = self.p * x + self.q * self.apply(x) + self.q_sigma * noise
+        return out.view(m, k, c, *x.shape[2:]).transpose(0, 1)
+
+
+@runtime_checkable
+class OperatorGroup(Protocol):
+    """K operators of one architecture that step together (`GroupedOperators`, `FusedOperators`)."""
+
+    k: int
+
+    def step(self, x: Tensor, noise: Tensor) -> Tensor: ...
+
+
+def build_group(
+    arch: Architecture,
+    ops: Sequence[OperatorParams],
+    layers: Sequence[Sequence[Layer]],
+    config: RandomCNNConfig,
+    device: torch.device | str = "cpu",
+) -> OperatorGroup:
+    """The engine `config.engine` for K operators of one architecture (what generation runs)."""
+    dtype = torch.bfloat16 if config.precision == "bfloat16" else torch.float32
+    if config.engine == "grouped":
+        return GroupedOperators(arch, ops, layers, dtype, config.channels_last, device)
+    from dynaforge.systems.random_cnn_fused import FusedOperators
+
+    return FusedOperators(arch, ops, layers, dtype, config.compile, device)
 
 
 def grouped_rollout(
-    group: GroupedOperators,
+    group: OperatorGroup,
     initial: Float[Tensor, "k channels x y"],
     generators: Sequence[Sequence[torch.Generator]],
     steps: int,
@@ -292,19 +328,19 @@ def grouped_rollout(
     space = tuple(initial.shape[2:])
     device = initial.device
     n_frames = steps // save_every + 1
-    # Preallocated buffers, filled in place on purpose: the trajectory and the noise of one step.
-    frames = torch.empty((k, m, n_frames, c, *space), dtype=torch.float32, device=device)
-    noise = torch.empty((m, k * c, *space), dtype=torch.float32, device=device)
-    x = initial.to(torch.float32).reshape(1, k * c, *space).expand(m, -1, *space).contiguous()
-    frames[:, :, 0] = initial[:, None]
-    with torch.inference_mode():
+    with torch.inference_mode(), flush_denormals():  # every state an inference tensor, from the first
+        # Preallocated buffers, filled in place on purpose: the trajectory and the noise of one step.
+        frames = torch.empty((k, m, n_frames, c, *space), dtype=torch.float32, device=device)
+        noise = torch.empty((k, m, c, *space), dtype=torch.float32, device=device)
+        x = initial.to(torch.float32)[:, None].expand(k, m, c, *space).contiguous()
+        frames[:, :, 0] = x
         for n in range(1, steps + 1):
             for op in range(k):
                 for r in range(m):
-                    torch.randn((c, *space), generator=generators[op][r], out=noise[r, op * c : (op + 1) * c])
+                    torch.randn((c, *space), generator=generators[op][r], out=noise[op, r])
             x = group.step(x, noise)
             if n % save_every == 0:
-                frames[:, :, n // save_every] = x.view(m, k, c, *space).transpose(0, 1)
+                frames[:, :, n // save_every] = x
             if on_step is not None:
                 on_step(k * m)
     return frames
@@ -367,13 +403,8 @@ def generate_operators(
             generators = [batch.generators[i] for i in chunk]
             states = [[g.get_state() for g in row] for row in generators]
             try:
-                group = GroupedOperators(
-                    arch,
-                    [batch.ops[i] for i in chunk],
-                    [batch.layers[i] for i in chunk],
-                    dtype,
-                    config.channels_last,
-                    device,
+                group = build_group(
+                    arch, [batch.ops[i] for i in chunk], [batch.layers[i] for i in chunk], config, device
                 )
                 result = grouped_rollout(
                     group,
