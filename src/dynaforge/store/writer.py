@@ -247,7 +247,7 @@ def generate_block(
     h5: h5py.File,
     shard: ShardSpec,
     config: Config,
-    system: SpectralSystem | RandomCNNSystem,
+    system: System,
     device: torch.device,
     seeds: np.ndarray,
     lo: int,
