@@ -418,7 +418,6 @@ class RandomCNNConfig(SystemConfig):
             raise ConfigError(f"memory_budget_gb must be > 0, got {self.memory_budget_gb}")
 
 
-
 # --------------------------------------------------------------------------------------------------
 # Gravitational N-body (its own system config: bodies instead of a grid)
 
