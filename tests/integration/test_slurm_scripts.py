@@ -22,6 +22,7 @@ exec "$@"
 """
 SCONTROL = """#!/bin/bash
 printf 'gpu-node07\\ngpu-node08\\n'
+seq 9 20000 | sed 's/^/gpu-node/'  # a long list: a reader that stops early would kill this with SIGPIPE
 """
 
 

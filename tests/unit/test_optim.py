@@ -47,6 +47,17 @@ class Mixed(nn.Module):
         return self.linear(self.norm(x)).sum()
 
 
+def linear_away_from_zero() -> nn.Linear:
+    """A Linear whose weights all have |w| >= 0.1, so Adam's first step is a clean sign step (|g| >> eps)."""
+    model = nn.Linear(3, 2)
+    with torch.no_grad():
+        for p in model.parameters():
+            magnitudes = torch.linspace(0.1, 1.0, p.numel(), dtype=torch.float32)
+            signs = torch.tensor([1.0, -1.0], dtype=torch.float32).repeat(p.numel())[: p.numel()]
+            p.copy_((magnitudes * signs).reshape(p.shape))
+    return model
+
+
 def quadratic_grad(model: nn.Module) -> None:
     """Gradients of sum(p^2) / 2 (= p), set directly."""
     for p in model.parameters():
@@ -55,7 +66,7 @@ def quadratic_grad(model: nn.Module) -> None:
 
 @pytest.mark.parametrize("fused", [False, True])
 def test_sgd_momentum_matches_its_formula(fused: bool) -> None:
-    model = nn.Linear(3, 2)
+    model = linear_away_from_zero()
     start = [p.detach().clone() for p in model.parameters()]
     optimizer = build_optimizer(model, train_config("sgd", momentum=0.9, fused=fused))
     assert isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["fused"] is fused
@@ -72,7 +83,7 @@ def test_sgd_momentum_matches_its_formula(fused: bool) -> None:
 
 @pytest.mark.parametrize(("name", "decoupled"), [("adamw", True), ("adam", False)])
 def test_adam_family_first_step_and_decay_groups(name: str, decoupled: bool) -> None:
-    model = nn.Linear(3, 2)
+    model = linear_away_from_zero()
     start = [p.detach().clone() for p in model.parameters()]
     optimizer = build_optimizer(model, train_config(name))
     expected_cls = torch.optim.AdamW if decoupled else torch.optim.Adam
@@ -244,21 +255,26 @@ def test_a_found_inf_step_changes_nothing(name: str, fused: bool | None) -> None
     assert any(not torch.equal(v, params[k]) for k, v in model.state_dict().items())
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_a_skipped_first_sgd_step_leaves_momentum_as_a_fresh_start(fused: bool) -> None:
+@pytest.mark.parametrize(
+    ("name", "fused"), [("sgd", True), ("sgd", False), ("adamw", True), ("adamw", False), ("muon", None)]
+)
+def test_a_skipped_first_step_leaves_the_optimiser_as_fresh(name: str, fused: bool | None) -> None:
     # Fused SGD would leave its momentum buffers uninitialised after a skipped first step.
     torch.manual_seed(0)
-    skipped, fresh = nn.Linear(4, 3), nn.Linear(4, 3)
+    skipped, fresh = Mixed(), Mixed()
     fresh.load_state_dict(skipped.state_dict())
-    optimizers = [
-        build_optimizer(m, train_config("sgd", momentum=0.9, fused=fused)) for m in (skipped, fresh)
-    ]
-    quadratic_grad(skipped)
-    step_unless(optimizers[0], torch.tensor(1.0))
+    optimizers = [build_optimizer(m, train_config(name, fused=fused)) for m in (skipped, fresh)]
+    tokens = torch.randint(0, 10, (2, 5))
+
+    def step(model: nn.Module, optimizer: torch.optim.Optimizer, skip: bool) -> None:
+        optimizer.zero_grad()
+        model(tokens).backward()
+        step_unless(optimizer, torch.tensor(float(skip)))
+
+    step(skipped, optimizers[0], skip=True)
     for model, optimizer in zip((skipped, fresh), optimizers):
         for _ in range(2):
-            quadratic_grad(model)
-            step_unless(optimizer, torch.tensor(0.0))
+            step(model, optimizer, skip=False)
     for a, b in zip(skipped.parameters(), fresh.parameters()):
         assert torch.equal(a, b)
 
