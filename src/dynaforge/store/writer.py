@@ -19,7 +19,7 @@ from typing import Any
 import h5py
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 import dynaforge
 from dynaforge.atomic import atomic_path, atomic_write_json, remove_stale_temporaries

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 from torch.utils.data import default_collate
-from tqdm.auto import tqdm
+from tqdm import tqdm  # not tqdm.auto: its asyncio variant calls iter(loader) on construction
 
 import dynaforge
 from dynaforge.config import (
