@@ -8,7 +8,9 @@ share of each global batch, reduces losses and metrics across ranks, and lets ra
 Data order: `EpochSampler` shuffles with a generator seeded by (seed, epoch) alone, as
 `DistributedSampler` does, and gives rank r the positions r, r + W, r + 2W, ... of that order. The
 micro-batch i of all ranks together is therefore exactly the batch i of one process with a W times
-larger batch, and a resumed run can start anywhere in an epoch.
+larger batch, and a resumed run can start anywhere in an epoch. When the number of windows is not a
+multiple of W, the order is padded with its first windows (as DistributedSampler does) so that every rank
+takes the same number of steps: those few windows count twice per epoch.
 """
 
 from __future__ import annotations

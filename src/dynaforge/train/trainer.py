@@ -7,7 +7,8 @@ covers every predicted frame (gradients flow through the whole unroll).
 
 What one optimiser step does (`train` config section):
 - `accumulate` micro-batches of `data.batch_size` windows: each loss is divided by the number of
-  micro-batches in its group, so the summed gradient is the gradient of the group's mean loss;
+  micro-batches in its group, so the summed gradient is the gradient of the group's mean loss (exactly,
+  when the micro-batches are full; the epoch's last, partial micro-batch weighs as much as a full one);
 - the global gradient norm is measured (and logged) always, and clipped to `grad_clip` when set;
 - a step whose loss or gradient norm is not finite is skipped on the device (no host sync: see
   `dynaforge.train.optim`) and counted; `max_bad_steps` skipped steps in a row stop the run (checked
