@@ -42,6 +42,7 @@ from dynaforge.config import (
     save_config,
 )
 from dynaforge.models.dt_predictor import StepControllerNet, build_step_controller_net
+from dynaforge.runs import RunFolder
 from dynaforge.systems.nbody import BodyParams, BodyState, make_params
 from dynaforge.systems.nbody_control import (
     CLASSICAL_FEATURE,
@@ -67,26 +68,6 @@ RESUMABLE_KEYS = (
     "timestepper.device",
 )
 """Config keys a resumed run may change (the rest must match the checkpoint's config)."""
-
-
-class RunPaths(NamedTuple):
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
-
-    @property
-    def last(self) -> Path:
-        return self.root / "checkpoints" / "last.pt"
-
-    @property
-    def best(self) -> Path:
-        return self.root / "checkpoints" / "best.pt"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -323,7 +304,7 @@ class Trainer:
     def __init__(self, config: Config, out: str | Path, resume: bool = False) -> None:
         self.config = config
         self.t = config.timestepper
-        self.paths = RunPaths(Path(out))
+        self.paths = RunFolder(Path(out))
         self.device = resolve_device(self.t.device)
         self.scheme = config.system.integrator if config.system.name == "nbody" else "leapfrog"
         self.generator = torch.Generator(device="cpu")
