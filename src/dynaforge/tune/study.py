@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import optuna
-from optuna.storages import RDBStorage, RetryFailedTrialCallback
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
@@ -162,7 +162,7 @@ def open_study(config: Config, folder: StudyFolder, name: str, storage_url: str 
             engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None,
             heartbeat_interval=tune.heartbeat,
             grace_period=2 * tune.heartbeat,
-            failed_trial_callback=RetryFailedTrialCallback(
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
                 max_retry=tune.retries, inherit_intermediate_values=True
             ),
         )
@@ -252,7 +252,7 @@ def retry_history(trial: optuna.Trial) -> list[int]:
     """Numbers of the failed trials this one retries, the first trial of the chain first."""
     frozen = next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number)
     with optuna_warnings_quiet():
-        return list(RetryFailedTrialCallback.retry_history(frozen))
+        return list(RetryHeartbeatStaleTrialCallback.retry_history(frozen))
 
 
 def root_trial_number(trial: optuna.Trial) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 
 from dynaforge.config import Config, ConfigError, TuneObjective
+from dynaforge.train.log import read_metrics
 from dynaforge.train.nbody_controller import Trainer as ControllerTrainer
 from dynaforge.train.trainer import Trainer
 
@@ -56,6 +57,18 @@ class PDETrialTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.report = report
         self.last_train_loss = math.nan
+
+    def begin(self) -> None:
+        """Also report the epochs a resumed run had finished (a killed trial may not have reported them)."""
+        super().begin()
+        if self.resume_from is None:
+            return
+        best = math.inf
+        for record in read_metrics(self.run.metrics):
+            if record.get("kind") == "epoch" and record["epoch"] <= self.epoch:
+                best = min(best, record["val_loss"])
+                metrics = {"val_loss": record["val_loss"], "best_val_loss": best}
+                self.report(record["epoch"], metrics | {"train_loss": record["train_loss"]})
 
     def log_epoch(self, epoch: int, seconds: float) -> None:
         loss_sum, good_steps = self.meter.epoch.tolist()  # read before the checkpoint resets it
