@@ -373,7 +373,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace) -> int:
     try:
-        from dynaforge.export import export_run
+        from dynaforge.export.onnx_export import export_run
     except ImportError as error:
         raise ConfigError(
             f"dynaforge export needs onnx, onnxruntime and onnxscript: pip install 'dynaforge[export]' ({error})"
