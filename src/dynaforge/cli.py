@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue the run in --out from its last checkpoint (start it if it has none)",
     )
     train.add_argument(
+        "--resume-from-artifact",
+        default=None,
+        metavar="REF",
+        help="continue from a W&B checkpoint artifact (entity/project/checkpoint-ID:alias) into a new --out",
+    )
+    train.add_argument(
         "--profile",
         type=int,
         default=0,
@@ -314,12 +320,16 @@ def run_train(args: argparse.Namespace) -> int:
     if args.profile < 0:
         raise ConfigError(f"--profile takes a number of steps >= 0, got {args.profile}")
     config = load_config(args.config, args.overrides)
+    if args.resume_from_artifact:
+        from dynaforge.train.log import start_from_artifact
+
+        start_from_artifact(args.resume_from_artifact, args.out, config)
     summary = train(
         config,
         args.data,
         args.out,
         progress=False if args.no_progress else None,
-        resume=args.resume,
+        resume=args.resume or bool(args.resume_from_artifact),
         profile_steps=args.profile,
     )
     if int(os.environ.get("RANK", "0")) > 0:

@@ -867,6 +867,10 @@ class WandbConfig:
     """Tags of the run."""
     mode: Literal["auto", "online", "offline"] = "auto"
     """`auto`: online when an API key is configured (WANDB_API_KEY or `wandb login`), else offline."""
+    log_checkpoints: bool = False
+    """Upload checkpoints/last.pt as a W&B `model` artifact after every epoch (aliases `latest`,
+    `epoch-N`, and `best` when the epoch improved); `dynaforge train --resume-from-artifact` continues
+    from one."""
 
 
 @dataclass

@@ -714,6 +714,13 @@ class Trainer:
             if improved:
                 save_checkpoint(self.run.best, state)
             save_checkpoint(self.run.last, state)
+            if at_epoch_end and self.wandb is not None and self.config.train.wandb.log_checkpoints:
+                aliases = ["latest", f"epoch-{epochs_done}"] + (["best"] if improved else [])
+                self.wandb.log_checkpoint(
+                    self.run.last,
+                    aliases,
+                    {"epoch": epochs_done, "step": self.step, "val_loss": self.val_loss},
+                )
         barrier(self.cluster)
         if at_epoch_end:
             self.batches_done = 0
