@@ -366,6 +366,10 @@ def run_tune(args: argparse.Namespace) -> int:
         from dynaforge.tune import run_study
     except ImportError as error:
         raise ConfigError(f"dynaforge tune needs Optuna: pip install 'dynaforge[tune]' ({error})") from error
+    if args.quiet:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # Optuna logs each trial through its own handler
     config = load_config(args.config, args.overrides)
     name = args.study or config.tune.study or Path(args.config).stem
     out = args.out or str(Path("studies") / name)

@@ -1239,7 +1239,7 @@ class TuneConfig:
     sampler: Literal["tpe", "random", "nsga2"] = "tpe"
     """Optuna sampler: tpe (default), random, or nsga2 (multi-objective)."""
     seed: int = 0
-    """Sampler seed (each process adds the number of trials the study held when it joined)."""
+    """Sampler seed (the n-th process to join a study, counting from 0, adds 1000 n)."""
     study: str | None = None
     """Study name; null uses the config file's name. `--study` overrides it."""
     storage: str | None = None

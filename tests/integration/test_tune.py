@@ -261,3 +261,38 @@ def test_tune_section_rejects_unknown_keys_and_bad_dimensions(tmp_path: Path) ->
         with pytest.raises(ConfigError, match=message):
             load_config(path)
         del label
+
+
+@pytest.mark.slow
+def test_two_processes_share_one_study(tmp_path: Path, tiny_data: Path) -> None:
+    config = write_config(
+        tmp_path / "shared.yaml",
+        CONFIGS / "tiny.yaml",
+        {"train": {"epochs": 1, "device": "cpu"}},
+        {"space": SPACE, "plots": False, "pruner": {"name": "none"}},
+    )
+    study = tmp_path / "study"
+    args = ["-q", "tune", str(config), "--trials", "4", "--out", str(study), "--data", str(tiny_data)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dynaforge.cli", *args], env=env, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    try:
+        for process in processes:
+            _, errors = process.communicate(timeout=120)
+            assert process.returncode == 0, errors
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    loaded = optuna.load_study(study_name="shared", storage=f"sqlite:///{study / 'study.db'}")
+    complete = [t for t in loaded.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    # Each process stops once the study holds 4 finished trials; one still running then may add one more.
+    assert 4 <= len(complete) <= 5 and len(complete) == len(loaded.trials)
+    assert len({t.user_attrs["pid"] for t in complete}) == 2  # both worked on it
+    assert len({t.user_attrs["run"] for t in complete}) == len(complete)  # each trial its own run folder
+    assert len({tuple(sorted(t.params.items())) for t in complete}) >= 3  # their samplers draw apart

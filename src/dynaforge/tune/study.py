@@ -18,6 +18,7 @@ the same values, continuing its run folder from its last checkpoint.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import socket
@@ -103,9 +104,10 @@ def run_study(
     folder = StudyFolder(Path(out))
     check_space(config, () if is_controller(config) else DATA_SECTIONS)
     check_objectives(config.tune.objectives, known_metrics(config, is_controller(config)))
-    claim_folder(folder, config)
-    data_root = None if is_controller(config) else prepare_data(config, folder, data, progress)
-    study = open_study(config, folder, study_name, storage or config.tune.storage)
+    with study_lock(folder):
+        claim_folder(folder, config)
+        data_root = None if is_controller(config) else prepare_data(config, folder, data, progress)
+        study = open_study(config, folder, study_name, storage or config.tune.storage)
     finished = count_finished(study)
     if finished < trials:
         log.info("study %s: %d of %d trials finished; running the rest", study_name, finished, trials)
@@ -122,6 +124,16 @@ def run_study(
 
     summary = write_outputs(study, folder, config)
     return StudyResult(folder.root, study, summary)
+
+
+@contextmanager
+def study_lock(folder: StudyFolder) -> Iterator[None]:
+    """Processes joining a study on this machine set it up one at a time (the config check, the dataset,
+    the database schema: SQLite rejects two processes creating its tables at once)."""
+    folder.root.mkdir(parents=True, exist_ok=True)
+    with open(folder.root / ".study.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def claim_folder(folder: StudyFolder, config: Config) -> None:
@@ -175,8 +187,11 @@ def open_study(config: Config, folder: StudyFolder, name: str, storage_url: str 
             f"study {name!r} in {url} optimises {[d.name.lower() for d in study.directions]}, but "
             f"tune.objectives asks for {directions}; use another --study name"
         )
-    # Each process draws from its own stream: the seed plus the trials the study held when it joined.
-    study.sampler = build_sampler(tune.sampler, tune.seed + len(study.trials), len(directions))
+    # Each process that joins the study draws from its own stream: the seed plus its arrival number (so two
+    # processes started together do not draw the same values; a study run by one process is reproducible).
+    arrival = int(study.user_attrs.get("processes", 0))
+    study.set_user_attr("processes", arrival + 1)
+    study.sampler = build_sampler(tune.sampler, tune.seed + 1000 * arrival, len(directions))
     study.pruner = build_pruner(config)
     return study
 
