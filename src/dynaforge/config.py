@@ -1212,7 +1212,8 @@ class TunePrunerConfig:
     startup_trials: int = 2
     """Trials that run to the end before median/percentile pruning starts."""
     warmup_epochs: int = 0
-    """Intermediate values of a trial not judged by median/percentile pruning (its first epochs)."""
+    """Intermediate values of a trial not judged by median/percentile pruning: its first epochs (the
+    N-body controller: its first optimiser steps)."""
     percentile: float = 25.0
     """The percentile pruner keeps trials in the best `percentile` per cent."""
 

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -23,7 +24,9 @@ from dynaforge.evaluate.rollout import rollouts
 from dynaforge.export.onnx_export import (
     OPSET,
     ExportError,
+    check_surrogate_contract,
     export_run,
+    follows_surrogate_contract,
     surrogate_exportable,
     verify,
 )
@@ -105,6 +108,8 @@ def test_every_registry_model_exports_and_matches_onnxruntime_in_1d_and_2d(
 ) -> None:
     import onnxruntime
 
+    if not follows_surrogate_contract(MODELS[model_name]):
+        pytest.skip(f"{model_name} is not a surrogate (ModelInput -> ModelOutput); export refuses it clearly")
     for shape, data in fitting_shapes(model_name, {1: tiny_data, 2: tiny_data_2d}):
         folder = tmp_path / f"{shape.spatial_dims}d"
         write_random_checkpoint(folder / "run", model_name, shape, data)
@@ -218,3 +223,21 @@ def test_rollout_refuses_a_grid_the_model_was_not_exported_for(
     _, onnx_path = trained_export
     assert main(["-q", "rollout", "--onnx", str(onnx_path), "--data", str(tiny_data_2d)]) == 2
     assert "export it for this data's grid" in capsys.readouterr().err
+
+
+class Denoiser(torch.nn.Module):
+    """A model of another contract (its own NamedTuple in), as a registry may also hold."""
+
+    class Inputs(NamedTuple):
+        state: torch.Tensor
+        time: torch.Tensor
+
+    def forward(self, inputs: Denoiser.Inputs) -> torch.Tensor:
+        return inputs.state * inputs.time[:, None]
+
+
+def test_a_model_of_another_contract_is_refused_with_a_clear_error() -> None:
+    assert not follows_surrogate_contract(Denoiser)
+    assert all(follows_surrogate_contract(MODELS[name]) for name in ("fno", "unet"))
+    with pytest.raises(ExportError, match="surrogate contract ModelInput -> ModelOutput"):
+        check_surrogate_contract(Denoiser())

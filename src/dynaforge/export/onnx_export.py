@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.atomic import atomic_path
@@ -105,7 +106,9 @@ class FramesToNextFrames(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, frames: Tensor) -> Tensor:
+    def forward(
+        self, frames: Float[Tensor, "batch history channels *space"]
+    ) -> Float[Tensor, "batch horizon channels *space"]:
         return self.model(ModelInput(frames=frames)).frames
 
 
@@ -116,7 +119,11 @@ class FeaturesToLogStep(nn.Module):
         super().__init__()
         self.net = net
 
-    def forward(self, features: Tensor, history: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        features: Float[Tensor, "batch features"],
+        history: Float[Tensor, "batch k features"] | None = None,
+    ) -> Float[Tensor, " batch"]:
         return self.net(StepControllerInput(features=features, history=history)).log_step
 
 
@@ -128,7 +135,11 @@ class ExportableFeaturesToLogStep(FeaturesToLogStep):
     the network's own forward.
     """
 
-    def forward(self, features: Tensor, history: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        features: Float[Tensor, "batch features"],
+        history: Float[Tensor, "batch k features"] | None = None,
+    ) -> Float[Tensor, " batch"]:
         x = features if history is None else torch.cat([features, history.flatten(1)], dim=1)
         raw = (self.net.linear(x) + self.net.mlp(x)).squeeze(-1)
         limit = LOG_STEP_LIMIT
@@ -195,16 +206,20 @@ def surrogate_exportable(state: dict[str, Any], data: str | Path | None) -> Expo
     )
 
 
+def follows_surrogate_contract(model_class: type[nn.Module]) -> bool:
+    """True when `model_class.forward` takes a ModelInput first and returns a ModelOutput."""
+    hints = typing.get_type_hints(model_class.forward)
+    parameters = [name for name in inspect.signature(model_class.forward).parameters if name != "self"]
+    first = hints.get(parameters[0]) if parameters else None
+    return first is ModelInput and hints.get("return") is ModelOutput
+
+
 def check_surrogate_contract(model: nn.Module) -> None:
     """Export handles the surrogate contract (ModelInput -> ModelOutput); say so for any other model."""
-    hints = typing.get_type_hints(type(model).forward)
-    parameters = [name for name in inspect.signature(type(model).forward).parameters if name != "self"]
-    first = hints.get(parameters[0]) if parameters else None
-    if first is not ModelInput or hints.get("return") is not ModelOutput:
+    if not follows_surrogate_contract(type(model)):
         raise ExportError(
-            f"{type(model).__name__}.forward takes {getattr(first, '__name__', first)}, not the surrogate "
-            "contract ModelInput -> ModelOutput that `dynaforge export` writes as frames -> next_frames; "
-            "export the surrogate that uses it instead"
+            f"{type(model).__name__}.forward does not follow the surrogate contract ModelInput -> ModelOutput "
+            "that `dynaforge export` writes as frames -> next_frames; export the surrogate that uses it instead"
         )
 
 
