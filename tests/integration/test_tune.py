@@ -39,12 +39,15 @@ def write_config(path: Path, base: Path, overrides: dict[str, Any], tune: dict[s
 
 
 def tiny_study_config(tmp_path: Path) -> Path:
-    # 3 epochs per trial: the kill below lands after a trial's first epoch, with two left to run.
+    # 2 epochs per trial: the kill below lands after a trial's first epoch, with one left to run.
     # startup_trials=3: trials 0-2 are never pruned, so the killed trial 2 is still running when killed.
     return write_config(
         tmp_path / "tiny_tune.yaml",
         CONFIGS / "tiny.yaml",
-        {"train": {"epochs": 3, "device": "cpu"}, "evaluate": {"device": "cpu", "plot_samples": 1}},
+        {
+            "train": {"epochs": 2, "device": "cpu"},
+            "evaluate": {"device": "cpu", "plot_samples": 0, "worst_samples": 0},
+        },
         {"space": SPACE, "pruner": {"startup_trials": 3}, "heartbeat": 1, "seed": 1},
     )
 
@@ -99,12 +102,12 @@ def test_study_is_killed_resumed_and_its_best_trial_evaluates(tmp_path: Path, ti
         assert retry.params == failed.params
         assert retry.user_attrs["run"] == failed.user_attrs["run"] == "trials/0002"
         assert retry.state == optuna.trial.TrialState.COMPLETE
-        assert sorted(retry.intermediate_values) == [1, 2, 3]
+        assert sorted(retry.intermediate_values) == [1, 2]
         records = [
             json.loads(line) for line in (study / "trials/0002/metrics.jsonl").read_text().splitlines()
         ]
         assert [r["kind"] for r in records].count("resume") == 1
-        assert [r["epoch"] for r in records if r["kind"] == "epoch"] == [1, 2, 3]
+        assert [r["epoch"] for r in records if r["kind"] == "epoch"] == [1, 2]
 
     # The best trial is the complete trial with the lowest best validation loss; STUDY/best holds its run.
     complete = by_state[optuna.trial.TrialState.COMPLETE]
