@@ -299,3 +299,23 @@ def test_two_processes_share_one_study(tmp_path: Path, tiny_data: Path) -> None:
     assert len({t.user_attrs["pid"] for t in complete}) == 2  # both worked on it
     assert len({t.user_attrs["run"] for t in complete}) == len(complete)  # each trial its own run folder
     assert len({tuple(sorted(t.params.items())) for t in complete}) >= 3  # their samplers draw apart
+
+
+def test_a_trial_whose_values_do_not_fit_fails_alone(
+    tmp_path: Path, tiny_data: Path, one_thread: None
+) -> None:
+    # 40 Fourier modes do not fit the 64-point grid (33 usable): the model refuses at its first call.
+    config = write_config(
+        tmp_path / "misfit.yaml",
+        CONFIGS / "tiny.yaml",
+        {"train": {"epochs": 1, "device": "cpu"}},
+        {"space": {"model.modes": {"kind": "categorical", "choices": [40]}}},
+    )
+    study = tmp_path / "study"
+    assert (
+        main(["-q", "tune", str(config), "--trials", "2", "--out", str(study), "--data", str(tiny_data)]) == 0
+    )
+    loaded = optuna.load_study(study_name="misfit", storage=f"sqlite:///{study / 'study.db'}")
+    assert [t.state for t in loaded.trials] == [optuna.trial.TrialState.FAIL] * 2
+    assert "No trial has completed yet" in (study / "summary.md").read_text()
+    assert not (study / "best").exists()

@@ -7,6 +7,7 @@ import json
 import logging
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +85,9 @@ def draw_plots(study: optuna.Study, out: Path, config: Config) -> dict[str, str]
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, str] = {}
     objectives = config.tune.objectives
+    complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    if not complete:
+        return {"all plots": "skipped: no trial has completed"}
     for index, objective in enumerate(objectives):
         suffix = "" if len(objectives) == 1 else f"_{objective.metric}"
         target = None if len(objectives) == 1 else (lambda t, i=index: t.values[i])
@@ -94,8 +98,13 @@ def draw_plots(study: optuna.Study, out: Path, config: Config) -> dict[str, str]
         }
         for kind, plot in kinds.items():
             name = f"{kind}{suffix}.png"
+            if kind == "param_importances" and complete < 2:
+                results[name] = "skipped: importances need 2 complete trials"
+                continue
             try:
-                with optuna_warnings_quiet():
+                with optuna_warnings_quiet(), warnings.catch_warnings():
+                    # With few trials matplotlib warns about empty legends and flat axes: cosmetic only.
+                    warnings.simplefilter("ignore", UserWarning)
                     axes = plot(study, target=target, target_name=objective.metric)
                 save_axes(axes, out / name)
                 results[name] = "written"

@@ -116,7 +116,9 @@ def run_study(
                 lambda trial: run_trial(trial, config, folder, data_root, study_name),
                 n_trials=trials - finished,
                 callbacks=[MaxTrialsCallback(trials, states=FINISHED)],
-                catch=(RunError,),
+                # A trial that diverges or whose values do not fit together (a ValueError of the model, e.g.
+                # more Fourier modes than the grid has) fails alone; Optuna logs why, the study goes on.
+                catch=(RunError, ValueError),
             )
     else:
         log.info("study %s already holds %d finished trials", study_name, finished)
