@@ -80,10 +80,12 @@ def fitting_shapes(model_name: str, data: dict[int, Path]) -> list[tuple[ModelSh
     return fitting
 
 
-def write_random_checkpoint(run: Path, model_name: str, shape: ModelShape, data: Path) -> None:
+def write_random_checkpoint(
+    run: Path, model_name: str, shape: ModelShape, data: Path, config: Config | None = None
+) -> None:
     """A run folder whose best.pt holds the registry model with random weights (residual paths included:
     a zero-initialised last layer would make the check trivial)."""
-    config = Config(model=MODEL_CONFIGS[model_name]())
+    config = config or Config(model=MODEL_CONFIGS[model_name]())
     model = build_model(config.model, shape)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -202,6 +204,35 @@ def test_step_controller_exports_and_matches_onnxruntime(
     for check in result.checks:
         assert check.max_abs <= check.tolerance
         assert check.relative < 1e-12  # float64 throughout
+
+
+def test_onnx_rollout_follows_horizon_and_stride_like_the_torch_rollout(
+    tmp_path: Path, tiny_data: Path, one_thread: None
+) -> None:
+    # Two frames per call from every second stored frame: 11 frames -> 6, 2 in, 4 predicted in 2 calls.
+    config = load_config(None, ["model.width=8", "model.modes=8", "model.layers=1", "data.stride=2"])
+    shape = ModelShape(channels=1, history=2, horizon=2, spatial_dims=1)
+    write_random_checkpoint(tmp_path / "run", "fno", shape, tiny_data, config)
+    export_run(tmp_path / "run", tmp_path / "model.onnx")
+    state = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)
+    fields = DatasetFolder(tiny_data).read_split("test").fields
+    reference = rollouts(
+        model_from_checkpoint(state).eval(),
+        Normalizer.from_stats(state["normalization"]),
+        fields,
+        shape,
+        2,
+        0,
+        4,
+        8,
+        torch.device("cpu"),
+    )
+    result = rollout_onnx(tmp_path / "model.onnx", tiny_data)
+    assert result.predicted.shape == (4, 4, 1, 64)
+    np.testing.assert_allclose(result.truth, reference.truth.numpy())
+    np.testing.assert_allclose(result.predicted, reference.predicted.numpy(), rtol=1e-4, atol=1e-5)
+    expected = nrmse_per_frame(reference.predicted, reference.truth).tolist()
+    np.testing.assert_allclose(result.nrmse, expected, rtol=1e-4, atol=1e-6)
 
 
 def test_a_mismatch_above_tolerance_is_an_error(trained_export: tuple[Path, Path], one_thread: None) -> None:

@@ -42,8 +42,12 @@ def rollout_onnx(
     samples: int | None = None,
 ) -> OnnxRollout:
     """Roll out every trajectory of `split` (the first `samples`) for `frames` frames (default: all there are)."""
-    import onnxruntime
-
+    try:
+        import onnxruntime
+    except ImportError as error:
+        raise RunError("dynaforge rollout --onnx needs onnxruntime: pip install onnxruntime") from error
+    if not Path(model).is_file():
+        raise RunError(f"{model} does not exist; write it with `dynaforge export RUN --out {model}`")
     session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     meta = model_metadata(session, model)
     shape, stride = meta["model_shape"], int(meta.get("stride", 1))
