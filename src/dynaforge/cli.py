@@ -377,7 +377,7 @@ def run_tune(args: argparse.Namespace) -> int:
         result = run_study(config, args.trials, out, name, storage=args.storage, data=args.data)
     summary = result.summary
     states = ", ".join(f"{n} {k}" for k, n in summary["states"].items())
-    print(f"study {name}: {summary['trials']} trials ({states})")
+    print(f"study {name}: {summary['trials']} trial{'' if summary['trials'] == 1 else 's'} ({states})")
     for best in summary["best"]:
         params = ", ".join(f"{k}={v}" for k, v in best["params"].items())
         print(f"best trial {best['number']}: {best['values']} with {params}")

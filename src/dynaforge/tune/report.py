@@ -161,7 +161,7 @@ def summary_to_markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Study {summary['study']}",
         "",
-        f"{summary['trials']} trials ({states}); objectives {', '.join(summary['directions'])}.",
+        f"{plural(summary['trials'], 'trial')} ({states}); objectives {', '.join(summary['directions'])}.",
         "",
     ]
     if summary["best"]:
@@ -191,6 +191,10 @@ def summary_to_markdown(summary: dict[str, Any]) -> str:
         lines += ["", "## Plots", ""] + [f"- plots/{name}" for name in written]
         lines += [f"- {name}: {state}" for name, state in summary["plots"].items() if state != "written"]
     return "\n".join(lines) + "\n"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def format_value(value: Any) -> str:
