@@ -296,6 +296,7 @@ def test_two_processes_share_one_study(tmp_path: Path, tiny_data: Path) -> None:
     complete = [t for t in loaded.trials if t.state == optuna.trial.TrialState.COMPLETE]
     # Each process stops once the study holds 4 finished trials; one still running then may add one more.
     assert 4 <= len(complete) <= 5 and len(complete) == len(loaded.trials)
+    assert loaded.user_attrs["processes"] == 2  # both joined it (and drew from their own sampler streams)
     assert len({t.user_attrs["pid"] for t in complete}) == 2  # both worked on it
     assert len({t.user_attrs["run"] for t in complete}) == len(complete)  # each trial its own run folder
     assert len({tuple(sorted(t.params.items())) for t in complete}) >= 3  # their samplers draw apart
