@@ -9,8 +9,11 @@ RUN/eval/metrics.json      after `dynaforge evaluate`, with plots and report.htm
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from dynaforge.config import config_differences
 
 EVALUATION_ONLY = ("evaluate",)
 """Config sections that change only the evaluation of a run, not the run itself."""
@@ -60,3 +63,11 @@ def holds_run(path: str | Path) -> bool:
     """True when `path` already holds (part of) a training run."""
     run = run_folder(path)
     return run.config.exists() or run.metrics.exists() or run.checkpoints.exists()
+
+
+def training_differences(saved: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """The dotted keys where two plain config dicts train differently (evaluation-only sections ignored)."""
+    return config_differences(
+        {k: v for k, v in saved.items() if k not in EVALUATION_ONLY},
+        {k: v for k, v in wanted.items() if k not in EVALUATION_ONLY},
+    )
