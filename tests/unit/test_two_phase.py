@@ -4,6 +4,7 @@ after a kill, and that training lowers the loss."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,15 @@ from dynaforge.models.hopfield import HopfieldNet
 from dynaforge.runs import RunError
 from dynaforge.train.checkpoint import load_checkpoint
 from dynaforge.train.log import read_metrics
-from dynaforge.train.two_phase import RelaxState, Snapshot, TwoPhaseTrainer, cost, relax
+from dynaforge.train.two_phase import (
+    CompiledRelax,
+    RelaxState,
+    Snapshot,
+    TwoPhaseTrainer,
+    compiled_chunk,
+    cost,
+    relax,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -199,3 +208,44 @@ def test_config_errors_name_the_key_and_the_fix() -> None:
     with pytest.raises(ConfigError, match=r"train\.precision=bf16"):
         TwoPhaseTrainer(load_config(None, ["train.precision=bf16"]), "unused")
     assert isinstance(load_config(None).twophase.beta, float) and Config().twophase.nudging == "symmetric"
+
+
+def test_compiled_chunk_divides_both_phases() -> None:
+    assert compiled_chunk(40, 20) == 10
+    assert compiled_chunk(12, 8) == 4
+    assert compiled_chunk(41, 20) == 1
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_compiled_relaxation_gives_the_eager_estimate(tmp_path: Path) -> None:
+    # free 4, nudged 2: a compiled chunk of 2 steps. The aot_eager backend traces with dynamo and AOT
+    # autograd as inductor does, without its code generation (tens of seconds here; the benchmark checks
+    # inductor's windows against eager ones).
+    overrides = [*SMALL, "twophase.free_steps=4", "twophase.nudged_steps=2"]
+    eager = trainer_for(tmp_path, overrides, "eager")
+    compiled = trainer_for(
+        tmp_path, [*overrides, "train.compile.enabled=true", "train.compile.backend=aot_eager"], "compiled"
+    )
+    compiled.compile_with_fallback()
+    assert compiled.compiled and isinstance(compiled.relax, CompiledRelax) and compiled.relax.chunk == 2
+    inputs, targets = first_batch(eager)
+    for got, want in zip(compiled.estimate(inputs, targets)[0], eager.estimate(inputs, targets)[0]):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_failed_compilation_falls_back_to_eager_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: object, **kwargs: object) -> object:
+        def fail(*a: object, **k: object) -> None:
+            raise RuntimeError("no compiler here")
+
+        return fail
+
+    monkeypatch.setattr(torch, "compile", broken)
+    trainer = trainer_for(tmp_path, [*SMALL, "train.compile.enabled=true"])
+    with caplog.at_level(logging.WARNING):
+        trainer.compile_with_fallback()
+    assert not trainer.compiled and trainer.relax is relax
+    assert "torch.compile of the relaxation failed (RuntimeError: no compiler here)" in caplog.text
+    trainer.window(*first_batch(trainer))  # and the eager window still runs
