@@ -249,3 +249,12 @@ def test_a_failed_compilation_falls_back_to_eager_and_says_so(
     assert not trainer.compiled and trainer.relax is relax
     assert "torch.compile of the relaxation failed (RuntimeError: no compiler here)" in caplog.text
     trainer.window(*first_batch(trainer))  # and the eager window still runs
+
+
+def test_cuda_graph_capture_is_refused_on_the_cpu_with_a_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO):
+        trainer = trainer_for(tmp_path, [*SMALL, "train.cuda_graph.enabled=true"])
+    assert trainer.graph is None and not trainer.capturing
+    assert "CUDA graph capture of the two-phase window off: training runs on cpu" in caplog.text
