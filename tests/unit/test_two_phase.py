@@ -23,6 +23,8 @@ from dynaforge.train.two_phase import (
     TwoPhaseTrainer,
     compiled_chunk,
     cost,
+    energy_model_from_checkpoint,
+    free_relaxation,
     relax,
 )
 
@@ -162,6 +164,13 @@ def test_training_lowers_the_loss(tmp_path: Path) -> None:
     epochs = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "epoch"]
     assert len(epochs) == 12 and epochs[-1]["train_loss"] < epochs[0]["train_loss"]
     assert (tmp_path / "run" / "checkpoints" / "best.pt").exists()
+    # The checkpoint alone rebuilds the trained model, which predicts what training validated.
+    model = energy_model_from_checkpoint(tmp_path / "run")
+    s = trainer.settings
+    with torch.inference_mode():
+        units = free_relaxation(model, trainer.task.val_inputs, s.free_steps, s.step_size, s.momentum)
+        target_units = model.targets_to_units(trainer.task.val_targets)
+        assert float(cost(units, target_units, model.output_mask).mean()) == summary.last_val_loss
 
 
 def test_resume_after_a_kill_gives_identical_weights(tmp_path: Path) -> None:

@@ -54,7 +54,9 @@ from dynaforge.config import (
     ConfigError,
     TwoPhaseConfig,
     config_differences,
+    config_from_dict,
     config_to_dict,
+    load_config,
     resolve_device,
     save_config,
 )
@@ -126,9 +128,11 @@ def relax(
 
 COMPILED_CHUNK_LIMIT = 10
 """Most relaxation steps unrolled into one compiled graph. Measured on 2 loaded CPU cores (hidden 32,
-batch 32, 40 + 20 + 20 steps per window): eager 93 windows/s; compiled chunks of 5, 10 and 20 steps
-210, 253 and 278 windows/s after 5, 4 and about 30 s of compilation; one compiled step called in a Python
-loop 93 windows/s (no gain: the per-call overhead is the eager cost). Ten steps is the knee."""
+batch 32, 40 + 20 + 20 steps per window): eager 93 windows/s; compiled chunks of 5 and 10 steps 210 and
+253 windows/s after 5 and 4 s of compilation; chunks of 20 steps 278 windows/s (compiled from a warm
+cache, so its cold compile time was not measured); each phase unrolled whole (40 and 20 steps) 226
+windows/s after 73 s of compilation; one compiled step called in a Python loop 93 windows/s (no gain: the
+per-call overhead is the eager cost). Ten steps is the knee."""
 
 
 COMPILABLE_STATE_GRADIENT = inspect.unwrap(hopfield_state_gradient)
@@ -474,14 +478,14 @@ class TwoPhaseTrainer:
         picked = order[index * self.batch : (index + 1) * self.batch]
         return self.task.train_inputs[picked], self.task.train_targets[picked]
 
-    @torch.no_grad()
     def validate(self) -> float:
         """Mean loss of the free phase on the validation inputs (one host sync)."""
         self.model.eval()
         s = self.settings
-        units = free_relaxation(self.model, self.task.val_inputs, s.free_steps, s.step_size, s.momentum)
-        target_units = self.model.targets_to_units(self.task.val_targets)
-        value = float(cost(units, target_units, self.model.output_mask).mean())
+        with torch.inference_mode():
+            units = free_relaxation(self.model, self.task.val_inputs, s.free_steps, s.step_size, s.momentum)
+            target_units = self.model.targets_to_units(self.task.val_targets)
+            value = float(cost(units, target_units, self.model.output_mask).mean())
         self.model.train()
         if not math.isfinite(value):
             raise TrainingDiverged(
@@ -508,9 +512,12 @@ class TwoPhaseTrainer:
     # ---- set-up ------------------------------------------------------------------------------------
 
     def checkpoint_to_resume(self, resume: bool) -> Path | None:
+        """The last checkpoint to continue from, None for a fresh run; refuses to clobber another run or
+        to resume one of a different config."""
+        if resume and self.run.config.exists():
+            self.check_same_config(config_to_dict(load_config(self.run.config)))
         if resume and self.run.last.exists():
-            saved = load_checkpoint(self.run.last)
-            self.check_same_config(saved["config"])
+            self.check_same_config(load_checkpoint(self.run.last)["config"])
             return self.run.last
         if holds_run(self.run.root) and not resume:
             raise RunError(
@@ -725,6 +732,21 @@ class TwoPhaseTrainer:
             "best_val_loss": self.best_val_loss,
             "config": config_to_dict(self.config),
         }
+
+
+def energy_model_from_checkpoint(path: str | Path, device: str = "cpu") -> HopfieldNet:
+    """The trained energy model of a two-phase checkpoint (a file or a run folder's last.pt), rebuilt from
+    the checkpoint's own config; nothing of the training run is needed."""
+    path = Path(path)
+    if path.is_dir():
+        path = RunFolder(path).last
+    state = load_checkpoint(path, device)
+    if state.get("kind") != CHECKPOINT_KIND:
+        raise RunError(f"{path} is not a two-phase checkpoint (kind {state.get('kind')!r})")
+    config = config_from_dict(state["config"]).twophase
+    model = build_energy_model(config.model, DTYPES[config.dtype]).to(device)
+    model.load_state_dict(state["model"])
+    return model.eval()
 
 
 def train_two_phase(
