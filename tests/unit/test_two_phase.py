@@ -267,3 +267,22 @@ def test_cuda_graph_capture_is_refused_on_the_cpu_with_a_reason(
         trainer = trainer_for(tmp_path, [*SMALL, "train.cuda_graph.enabled=true"])
     assert trainer.graph is None and not trainer.capturing
     assert "CUDA graph capture of the two-phase window off: training runs on cpu" in caplog.text
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("batch", "hidden", "outputs"), [(1, 1, 1), (5, 7, 3)])
+def test_cost_forward_and_backward(dtype: torch.dtype, batch: int, hidden: int, outputs: int) -> None:
+    generator = torch.Generator().manual_seed(0)
+    units = torch.randn(batch, hidden + outputs, generator=generator, dtype=torch.float32).to(dtype)
+    targets = torch.randn(batch, outputs, generator=generator, dtype=torch.float32).to(dtype)
+    target_units = torch.nn.functional.pad(targets, (hidden, 0))
+    mask = (torch.arange(hidden + outputs, dtype=torch.int64) >= hidden).to(dtype)
+    units.requires_grad_(True)
+    value = cost(units, target_units, mask)
+    expected = 0.5 * ((units[:, hidden:] - targets) ** 2).sum(-1)
+    tolerance = {"rtol": 1e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(value, expected, **tolerance)
+    (gradient,) = torch.autograd.grad(value.sum(), units)
+    assert value.dtype == dtype and torch.isfinite(value).all() and torch.isfinite(gradient).all()
+    assert torch.equal(gradient[:, :hidden], torch.zeros_like(gradient[:, :hidden]))  # hidden units: no force
+    torch.testing.assert_close(gradient[:, hidden:], (units - target_units)[:, hidden:].detach(), **tolerance)

@@ -56,6 +56,9 @@ def hopfield_state_gradient(
 class HopfieldNet(nn.Module):
     """The continuous Hopfield network of the module docstring."""
 
+    state_gradient_function = staticmethod(hopfield_state_gradient)
+    """dE/ds from (units, coupling, drive, activation): what the two-phase relaxation calls every step."""
+
     def __init__(self, config: EnergyModelConfig, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.config = config
@@ -67,7 +70,9 @@ class HopfieldNet(nn.Module):
         self.input_weight = nn.Parameter(torch.empty(units, config.inputs, dtype=dtype))
         self.bias = nn.Parameter(torch.empty(units, dtype=dtype))
         self.register_buffer("off_diagonal", 1.0 - torch.eye(units, dtype=dtype))
-        self.register_buffer("output_mask", (torch.arange(units) >= config.hidden).to(dtype))
+        self.register_buffer(
+            "output_mask", (torch.arange(units, dtype=torch.int64) >= config.hidden).to(dtype)
+        )
         self.reset_parameters(config.init_scale)
 
     def reset_parameters(self, scale: float) -> None:
@@ -99,7 +104,7 @@ class HopfieldNet(nn.Module):
         self, units: Float[Tensor, "batch units"], inputs: Float[Tensor, "batch inputs"]
     ) -> Float[Tensor, "batch units"]:
         """dE/ds, in closed form."""
-        return hopfield_state_gradient(units, self.coupling(), self.drive(inputs), self.activation)
+        return self.state_gradient_function(units, self.coupling(), self.drive(inputs), self.activation)
 
     def initial_units(self, batch: int) -> Float[Tensor, "batch units"]:
         """Where every relaxation starts: all units at rest (s = 0)."""

@@ -135,14 +135,13 @@ windows/s after 73 s of compilation; one compiled step called in a Python loop 9
 per-call overhead is the eager cost). Ten steps is the knee."""
 
 
-COMPILABLE_STATE_GRADIENT = inspect.unwrap(hopfield_state_gradient)
-"""The undecorated functions are the ones compiled: under pytest jaxtyping wraps every annotated function
-in a runtime shape check that dynamo cannot trace (`inspect.unwrap` is a no-op otherwise)."""
-
-
 class CompiledRelax:
     """`relax` compiled for `chunk` steps and called steps / chunk times: one small graph serves the free
-    and the nudged phases (both step counts are multiples of `chunk`), so compilation stays short."""
+    and the nudged phases (both step counts are multiples of `chunk`), so compilation stays short.
+
+    The undecorated functions are the ones compiled: under pytest jaxtyping wraps every annotated
+    function in a runtime shape check that dynamo cannot trace (`inspect.unwrap` is a no-op otherwise).
+    """
 
     def __init__(self, chunk: int, mode: str | None, backend: str, dynamic: bool | None) -> None:
         self.chunk = chunk
@@ -160,7 +159,9 @@ class CompiledRelax:
         step_size: float,
         momentum: float,
         activation: str,
+        state_gradient: StateGradient = hopfield_state_gradient,
     ) -> RelaxState:
+        compilable = inspect.unwrap(state_gradient)
         for _ in range(steps // self.chunk):
             state = self.compiled(
                 state,
@@ -173,7 +174,7 @@ class CompiledRelax:
                 step_size,
                 momentum,
                 activation,
-                COMPILABLE_STATE_GRADIENT,
+                compilable,
             )
         return state
 
@@ -264,6 +265,7 @@ def free_relaxation(
         step_size,
         momentum,
         model.activation,
+        model.state_gradient_function,
     )
     return state.units
 
@@ -387,7 +389,7 @@ class TwoPhaseTrainer:
             self.save_checkpoints(epochs_done=epoch + 1)
         return self.summary(started)
 
-    def window(self, inputs: Tensor, targets: Tensor) -> None:
+    def window(self, inputs: Float[Tensor, "batch inputs"], targets: Float[Tensor, "batch outputs"]) -> None:
         """One two-phase window on a batch: the estimate, then the update (see the module docstring).
 
         No host sync and no branch on a tensor's value: the whole window can be captured in a CUDA graph.
@@ -401,7 +403,9 @@ class TwoPhaseTrainer:
         step_unless(self.optimizer, bad.to(torch.float32))
         self.meter.add(loss, grad_norm, bad)
 
-    def estimate(self, inputs: Tensor, targets: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+    def estimate(
+        self, inputs: Float[Tensor, "batch inputs"], targets: Float[Tensor, "batch outputs"]
+    ) -> tuple[tuple[Tensor, ...], Float[Tensor, ""]]:
         """Free phase, snapshot, nudged phase(s): the two-phase estimate of the gradient of the batch-mean
         loss in every parameter, and that loss (at the free state), on the device."""
         model, settings = self.model, self.settings
@@ -442,6 +446,7 @@ class TwoPhaseTrainer:
             s.step_size,
             s.momentum,
             self.model.activation,
+            self.model.state_gradient_function,
         )
 
     def gradient_estimate(self, high: RelaxState, low: RelaxState, inputs: Tensor) -> tuple[Tensor, ...]:
@@ -472,7 +477,9 @@ class TwoPhaseTrainer:
         resumed run sees the batches an uninterrupted one would."""
         generator = torch.Generator(device="cpu")
         generator.manual_seed(self.config.train.seed * 1_000_003 + epoch)
-        return torch.randperm(self.task.train_inputs.shape[0], generator=generator).to(self.device)
+        return torch.randperm(self.task.train_inputs.shape[0], generator=generator, dtype=torch.int64).to(
+            self.device
+        )
 
     def batch_of(self, order: Tensor, index: int) -> tuple[Tensor, Tensor]:
         picked = order[index * self.batch : (index + 1) * self.batch]
