@@ -5,7 +5,10 @@ after a kill, and that training lowers the loss."""
 from __future__ import annotations
 
 import logging
+import sys
+import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -286,3 +289,40 @@ def test_cost_forward_and_backward(dtype: torch.dtype, batch: int, hidden: int, 
     assert value.dtype == dtype and torch.isfinite(value).all() and torch.isfinite(gradient).all()
     assert torch.equal(gradient[:, :hidden], torch.zeros_like(gradient[:, :hidden]))  # hidden units: no force
     torch.testing.assert_close(gradient[:, hidden:], (units - target_units)[:, hidden:].detach(), **tolerance)
+
+
+def test_a_teacher_without_a_fixed_point_is_refused_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"lower twophase\.task\.teacher_scale"):
+        trainer_for(tmp_path, [*SMALL, "twophase.task.teacher_scale=40"])
+
+
+class FakeWandbRun:
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs, self.id, self.finished = kwargs, "fake123", False
+        self.logged: list[tuple[dict[str, Any], int]] = []
+
+    def log(self, values: dict[str, Any], step: int) -> None:
+        self.logged.append((values, step))
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+def test_metrics_are_mirrored_to_wandb_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[FakeWandbRun] = []
+    module = types.ModuleType("wandb")
+    module.init = lambda **kwargs: runs.append(FakeWandbRun(**kwargs)) or runs[-1]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: offline
+    trainer = trainer_for(
+        tmp_path, [*SMALL, "train.epochs=2", "train.log_every=1", "train.wandb.enabled=true"]
+    )
+    trainer.fit()
+    (run,) = runs
+    assert run.kwargs["mode"] == "offline" and run.finished
+    assert [step for values, step in run.logged if "train/loss" in values] == [1, 2, 3, 4]
+    logged_val = [values["epoch/val_loss"] for values, _ in run.logged if "epoch/val_loss" in values]
+    assert logged_val == [
+        r["val_loss"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "epoch"
+    ]

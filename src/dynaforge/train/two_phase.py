@@ -70,7 +70,7 @@ from dynaforge.train.checkpoint import (
     rng_state,
     save_checkpoint,
 )
-from dynaforge.train.log import MetricsLog, WindowMeter, environment
+from dynaforge.train.log import MetricsLog, WandbLogger, WindowMeter, environment
 from dynaforge.train.optim import build_optimizer, step_unless
 from dynaforge.train.schedule import build_scheduler, schedule_intervals
 from dynaforge.train.trainer import TrainingDiverged, seed_everything
@@ -80,6 +80,8 @@ log = logging.getLogger(__name__)
 CHECKPOINT_KIND = "two_phase"
 TEACHER_RELAX_STEPS = 400
 """Relaxation steps of the teacher that makes the task's targets (long enough to reach its fixed point)."""
+TEACHER_TOLERANCE = 1e-8
+"""Largest |dE/ds| the teacher may have left after its relaxation (float64)."""
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -244,6 +246,12 @@ def teacher_task(config: TwoPhaseConfig, device: str | torch.device, dtype: torc
     with torch.no_grad():
         units = free_relaxation(teacher, inputs, TEACHER_RELAX_STEPS, step_size=0.5)
         outputs = teacher.predict(units)
+        residual = float(teacher.state_gradient(units, inputs).abs().max())
+    if not residual < TEACHER_TOLERANCE:
+        raise ConfigError(
+            f"the teacher network does not settle to a fixed point (largest |dE/ds| {residual:.2g} after "
+            f"{TEACHER_RELAX_STEPS} steps); lower twophase.task.teacher_scale (now {task.teacher_scale})"
+        )
     split = task.train_samples
     inputs, outputs = inputs.to(device, dtype), outputs.to(device, dtype)
     return TaskData(inputs[:split], outputs[:split], inputs[split:], outputs[split:])
@@ -333,6 +341,7 @@ class TwoPhaseTrainer:
         self.scheduler = build_scheduler(self.optimizer, train, intervals)
         self.meter = WindowMeter(self.device)
         self.metrics = MetricsLog(self.run.metrics)
+        self.wandb: WandbLogger | None = None
         self.relax: Callable[..., RelaxState] = relax
         self.compiled = False
         rest = self.model.initial_units(self.batch)
@@ -365,8 +374,16 @@ class TwoPhaseTrainer:
         step without a checkpoint, as a kill would (for tests)."""
         started = time.perf_counter()
         self.begin()
-        epochs = self.config.train.epochs
-        for epoch in range(self.epoch, epochs):
+        try:
+            self.train_epochs(stop_after)
+        finally:
+            if self.wandb is not None:
+                self.wandb.finish()
+        return self.summary(started)
+
+    def train_epochs(self, stop_after: int | None) -> None:
+        """The loop: windows, schedule, logging and checkpoints; validation at each epoch's end."""
+        for epoch in range(self.epoch, self.config.train.epochs):
             epoch_started = time.perf_counter()
             order = self.epoch_order(epoch)
             self.meter.restart_clock()
@@ -381,13 +398,12 @@ class TwoPhaseTrainer:
                 self.log_window_if_due(epoch)
                 self.save_progress_if_due()
                 if stop_after is not None and self.step >= stop_after:
-                    return self.summary(started)
+                    return
             self.log_window(epoch)
             self.val_loss = self.validate()
             self.schedule_epoch(self.val_loss)
             self.log_epoch(epoch, time.perf_counter() - epoch_started)
             self.save_checkpoints(epochs_done=epoch + 1)
-        return self.summary(started)
 
     def window(self, inputs: Float[Tensor, "batch inputs"], targets: Float[Tensor, "batch outputs"]) -> None:
         """One two-phase window on a batch: the estimate, then the update (see the module docstring).
@@ -567,8 +583,12 @@ class TwoPhaseTrainer:
             self.restore(load_checkpoint(self.resume_from, map_location=self.device))
         else:
             self.prepare_run_folder()
-        if self.epoch < self.config.train.epochs and self.config.train.compile.enabled:
+        if self.epoch == self.config.train.epochs:
+            return  # a finished run: nothing to compile or log
+        if self.config.train.compile.enabled:
             self.compile_with_fallback()
+        if self.config.train.wandb.enabled:
+            self.wandb = WandbLogger(self.config.train.wandb, self.run.root, config_to_dict(self.config))
 
     def prepare_run_folder(self) -> None:
         shutil.rmtree(self.run.checkpoints, ignore_errors=True)
@@ -664,7 +684,7 @@ class TwoPhaseTrainer:
         self.skipped_steps += summary["skipped"]
         lr = float(self.optimizer.param_groups[0]["lr"])
         summary["windows_per_s"] = summary["samples_per_s"] / self.batch
-        self.metrics.write({"kind": "train", "epoch": epoch + 1, "step": self.step, "lr": lr, **summary})
+        self.write_record({"kind": "train", "epoch": epoch + 1, "step": self.step, "lr": lr, **summary})
         limit = self.config.train.max_bad_steps
         if summary["bad_streak"] >= limit:
             raise TrainingDiverged(
@@ -686,7 +706,7 @@ class TwoPhaseTrainer:
             "skipped_steps": self.skipped_steps,
             "epoch_time": seconds,
         }
-        self.metrics.write(record)
+        self.write_record(record)
         log.info(
             "epoch %d/%d  train %.3e  val %.3e  %.1f s%s",
             epoch + 1,
@@ -696,6 +716,11 @@ class TwoPhaseTrainer:
             seconds,
             "  (best)" if record["best"] else "",
         )
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        self.metrics.write(record)
+        if self.wandb is not None:
+            self.wandb.log(record)
 
     def save_progress_if_due(self) -> None:
         every = self.config.train.checkpoint_every
