@@ -326,3 +326,14 @@ def test_metrics_are_mirrored_to_wandb_when_asked(tmp_path: Path, monkeypatch: p
     assert logged_val == [
         r["val_loss"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "epoch"
     ]
+
+
+@pytest.mark.parametrize("nudging", ["symmetric", "one_sided"])
+def test_one_window_descends_the_batch_loss(tmp_path: Path, nudging: str) -> None:
+    sgd = ["train.optimizer.name=sgd", "train.optimizer.momentum=0", "train.grad_clip=null", "train.lr=0.05"]
+    trainer = trainer_for(tmp_path, [*CONVERGED, *sgd, f"twophase.nudging={nudging}", "twophase.beta=0.01"])
+    inputs, targets = first_batch(trainer)
+    before = float(trainer.estimate(inputs, targets)[1])
+    trainer.window(inputs, targets)
+    after = float(trainer.estimate(inputs, targets)[1])
+    assert after < before
