@@ -53,7 +53,6 @@ from dynaforge.config import (
     Config,
     ConfigError,
     TwoPhaseConfig,
-    config_differences,
     config_from_dict,
     config_to_dict,
     load_config,
@@ -61,7 +60,7 @@ from dynaforge.config import (
     save_config,
 )
 from dynaforge.models.hopfield import HopfieldNet, build_energy_model, hopfield_state_gradient
-from dynaforge.runs import EVALUATION_ONLY, RunError, RunFolder, holds_run
+from dynaforge.runs import RunError, RunFolder, holds_run, training_differences
 from dynaforge.train.capture import StepGraph
 from dynaforge.train.checkpoint import (
     CHECKPOINT_VERSION,
@@ -551,10 +550,7 @@ class TwoPhaseTrainer:
 
     def check_same_config(self, saved: dict[str, Any]) -> None:
         wanted = config_to_dict(self.config)
-        differences = config_differences(
-            {k: v for k, v in saved.items() if k not in EVALUATION_ONLY},
-            {k: v for k, v in wanted.items() if k not in EVALUATION_ONLY},
-        )
+        differences = training_differences(saved, wanted)
         if differences:
             raise RunError(
                 f"{self.run.root} holds a run of a different config; it cannot be resumed with this one "
