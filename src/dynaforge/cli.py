@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=run_run)
     add_nbody_parser(verbs)
     add_tune_export_parsers(verbs)
+    add_twophase_parser(verbs)
     return parser
 
 
@@ -196,6 +197,36 @@ def add_tune_export_parsers(verbs: argparse._SubParsersAction) -> None:
     rollout.add_argument("--frames", type=int, default=None, help="frames to predict (default: all stored)")
     rollout.add_argument("--samples", type=int, default=None, help="trajectories (default: all of the split)")
     rollout.set_defaults(handler=run_rollout)
+
+
+def add_twophase_parser(verbs: argparse._SubParsersAction) -> None:
+    twophase = verbs.add_parser(
+        "twophase", help="two-phase (equilibrium propagation) training of energy-based models"
+    )
+    actions = twophase.add_subparsers(dest="action", required=True)
+    train = actions.add_parser("train", help="train the `twophase` section's model into a run folder")
+    add_config_arguments(train)
+    train.add_argument("--out", required=True, help="run folder (config.yaml, metrics.jsonl, checkpoints/)")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from checkpoints/last.pt (start it if it has none)",
+    )
+    train.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small networks)")
+    train.set_defaults(handler=run_twophase_train)
+
+
+def run_twophase_train(args: argparse.Namespace) -> int:
+    from dynaforge.train.two_phase import train_two_phase
+
+    config = load_config(args.config, args.overrides)
+    with torch_threads(args.threads):
+        summary = train_two_phase(config, args.out, resume=args.resume)
+    print(
+        f"{summary.run}: {summary.epochs} epochs, {summary.steps} windows, "
+        f"best validation loss {summary.best_val_loss:.4e}"
+    )
+    return 0
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
