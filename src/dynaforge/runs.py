@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 from dynaforge.config import ConfigError, config_differences, config_from_dict, config_to_dict
 
-EVALUATION_ONLY = ("evaluate",)
-"""Config sections that change only the evaluation of a run, not the run itself."""
+EVALUATION_ONLY = ("evaluate", "tune")
+"""Config sections that change only how a run is evaluated or searched over, not the run itself."""
 
 
 class RunFolder(NamedTuple):

@@ -25,3 +25,10 @@ def test_a_saved_key_that_no_longer_exists_is_reported_by_name() -> None:
     wanted = config_to_dict(load_config("configs/tiny.yaml"))
     saved = {**wanted, "retired_section": {"x": 1}}
     assert any(d.startswith("retired_section") for d in training_differences(saved, wanted))
+
+
+def test_the_search_space_of_a_study_is_not_part_of_the_run() -> None:
+    wanted = config_to_dict(load_config("configs/tiny-tune.yaml"))
+    saved = config_to_dict(load_config("configs/tiny-tune.yaml"))
+    saved["tune"]["seed"] = wanted["tune"]["seed"] + 3
+    assert training_differences(saved, wanted) == []

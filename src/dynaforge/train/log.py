@@ -259,8 +259,8 @@ def download_checkpoint_artifact(reference: str, destination: Path) -> Path:
 def start_from_artifact(reference: str, run_root: str | Path, config: Any) -> None:
     """Make run folder `run_root` continue from W&B checkpoint artifact `reference`: its checkpoint becomes
     RUN/checkpoints/last.pt (for `resume`) after checking it was trained with the same `config`."""
-    from dynaforge.config import config_differences, config_to_dict, save_config
-    from dynaforge.runs import EVALUATION_ONLY, run_folder
+    from dynaforge.config import config_to_dict, save_config
+    from dynaforge.runs import run_folder, training_differences
     from dynaforge.train.checkpoint import load_checkpoint
 
     run = run_folder(run_root)
@@ -272,10 +272,7 @@ def start_from_artifact(reference: str, run_root: str | Path, config: Any) -> No
     download_checkpoint_artifact(reference, run.last)
     saved = load_checkpoint(run.last).get("config", {})
     wanted = config_to_dict(config)
-    differences = config_differences(
-        {k: v for k, v in saved.items() if k not in EVALUATION_ONLY},
-        {k: v for k, v in wanted.items() if k not in EVALUATION_ONLY},
-    )
+    differences = training_differences(saved, wanted)
     if differences:
         run.last.unlink()
         raise RunError(
