@@ -94,9 +94,24 @@ def test_grouped_float32_matches_the_straightforward_loop(engine: str) -> None:
             g.set_state(state)
         module = rc.RandomCNN(rc.architecture_of(op, system.channels), batch.layers[k])
         slow = rc.reference_rollout(module, op, batch.initial[k], batch.generators[k], system.config.steps)
-        scale = float(slow.abs().max())
-        # float32 with a different summation order: relative agreement to 1e-5 over 5 steps.
-        torch.testing.assert_close(fast[k], slow, atol=1e-5 * scale, rtol=0)
+        for g, state in zip(batch.generators[k], states[k]):
+            g.set_state(state)
+        exact = rc.reference_rollout(
+            module.double(),
+            op,
+            batch.initial[k],
+            batch.generators[k],
+            system.config.steps,
+            dtype=torch.float64,
+        )
+        scale = float(exact.abs().max())
+        fast_error = float((fast[k].double() - exact).abs().max()) / scale
+        slow_error = float((slow.double() - exact).abs().max()) / scale
+        # Both float32 paths round differently; which one lands closer to the float64 trajectory depends on
+        # summation order (and so on the thread count). The engine must be as accurate as the definition run
+        # in float32: within twice its error, plus 16 float32 units for trajectories the definition happens
+        # to hit almost exactly.
+        assert fast_error <= 2 * slow_error + 16 * 2.0**-24, (k, fast_error, slow_error)
 
 
 def test_bfloat16_agrees_with_float32_over_one_step_to_bfloat16_precision() -> None:

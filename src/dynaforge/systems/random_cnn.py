@@ -222,18 +222,23 @@ def reference_rollout(
     generators: Sequence[torch.Generator],
     steps: int,
     save_every: int = 1,
+    dtype: torch.dtype = torch.float32,
 ) -> Float[Tensor, "realizations time channels x y"]:
-    """All realizations of one operator, eager float32: the definition of a trajectory."""
+    """All realizations of one operator, eager float32: the definition of a trajectory.
+
+    `dtype=torch.float64` (with a float64 `module`) gives the same trajectory with less rounding, a reference
+    for judging float32 engines; the noise is drawn in float32 either way, so both see the same noise.
+    """
     p, q = policy_coefficients(op)
     m = len(generators)
-    x = initial.to(torch.float32).expand(m, *initial.shape).contiguous()
+    x = initial.to(dtype).expand(m, *initial.shape).contiguous()
     frames = [x]
     module.eval()
     with torch.inference_mode():
         for n in range(1, steps + 1):
             noise = torch.stack(
                 [torch.randn(initial.shape, generator=g, dtype=torch.float32) for g in generators]
-            )
+            ).to(dtype)
             x = p * x + q * (module(x) + op.noise_scale * noise)
             if n % save_every == 0:
                 frames.append(x)
