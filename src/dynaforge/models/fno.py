@@ -26,7 +26,7 @@ from dynaforge.models.base import (
     stack_to_frames,
     update_to_output,
 )
-from dynaforge.models.spectral import SpectralConv, Transform
+from dynaforge.models.spectral import SpectralConv, Transform, channels_first_to_last, channels_last_to_first
 
 
 class ChannelsLastPointwise:
@@ -119,8 +119,8 @@ class FNO(nn.Module):
 
     def forward(self, inputs: ModelInput) -> ModelOutput:
         check_input(inputs, self.shape)
-        hidden = self.lift(frames_to_stack(inputs.frames).movedim(1, -1))  # (B, *space, width)
+        hidden = self.lift(channels_first_to_last(frames_to_stack(inputs.frames)))  # (B, *space, width)
         for block in self.blocks:
             hidden = block(hidden)
-        update = stack_to_frames(self.project(hidden).movedim(-1, 1), self.shape.channels)
+        update = stack_to_frames(channels_last_to_first(self.project(hidden)), self.shape.channels)
         return update_to_output(inputs, update, self.config.residual)

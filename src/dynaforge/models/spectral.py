@@ -100,7 +100,7 @@ class SpectralConv(nn.Module):
         size = tuple(x.shape[-self.spatial_dims :])
         self.check_size(size)
         if self.chosen_transform(size) == "dft":
-            return self.forward_dft(x.movedim(1, -1)).movedim(-1, 1)
+            return channels_last_to_first(self.forward_dft(channels_first_to_last(x)))
         return self.forward_fft(x)
 
     def chosen_transform(self, size: tuple[int, ...]) -> Literal["fft", "dft"]:
@@ -133,7 +133,7 @@ class SpectralConv(nn.Module):
         self.check_size(size)
         if self.chosen_transform(size) == "dft":
             return self.forward_dft(h)
-        return self.forward_fft(h.movedim(-1, 1)).movedim(1, -1)
+        return channels_first_to_last(self.forward_fft(channels_last_to_first(h)))
 
     def forward_dft(
         self, h: Float[Tensor, "batch *space in_channels"]
@@ -232,18 +232,20 @@ def build_dft_bases(size: tuple[int, ...], modes: tuple[int, ...], device: torch
 def fft_along(real: Tensor, imag: Tensor, dim: int, bases: AxisBases) -> tuple[Tensor, Tensor]:
     """The kept modes of a complex DFT along `dim` of channels-last parts: (a + i b) exp(-i t) =
     (a cos + b sin) + i (b cos - a sin)."""
-    a, b = real.movedim(dim, -2), imag.movedim(dim, -2)
+    row = real.ndim - 2  # positive dims throughout: the TorchScript ONNX exporter mishandles negative ones
+    a, b = real.movedim(dim, row), imag.movedim(dim, row)
     new_real = bases.cos @ a + bases.sin @ b
     new_imag = bases.cos @ b - bases.sin @ a
-    return new_real.movedim(-2, dim), new_imag.movedim(-2, dim)
+    return new_real.movedim(row, dim), new_imag.movedim(row, dim)
 
 
 def ifft_along(real: Tensor, imag: Tensor, dim: int, bases: AxisBases) -> tuple[Tensor, Tensor]:
     """The inverse DFT along `dim` of kept modes (the others zero): (a + i b) exp(i t) / n."""
-    a, b = real.movedim(dim, -2), imag.movedim(dim, -2)
+    row = real.ndim - 2  # positive dims throughout: the TorchScript ONNX exporter mishandles negative ones
+    a, b = real.movedim(dim, row), imag.movedim(dim, row)
     new_real = bases.inverse_cos @ a - bases.inverse_sin @ b
     new_imag = bases.inverse_sin @ a + bases.inverse_cos @ b
-    return new_real.movedim(-2, dim), new_imag.movedim(-2, dim)
+    return new_real.movedim(row, dim), new_imag.movedim(row, dim)
 
 
 def mix_modes_channels_last(
@@ -253,3 +255,14 @@ def mix_modes_channels_last(
     modes_first = kept.flatten(1, -2).transpose(0, 1)  # (K, B, 2 in)
     mixed = torch.bmm(modes_first, block)  # (K, B, 2 out)
     return mixed.transpose(0, 1).unflatten(1, kept.shape[1:-1])
+
+
+def channels_first_to_last(x: Tensor) -> Tensor:
+    """(B, C, *space) -> (B, *space, C), a view (positive dims: the TorchScript ONNX exporter turns negative
+    ones into an invalid Transpose)."""
+    return x.permute(0, *range(2, x.ndim), 1)
+
+
+def channels_last_to_first(h: Tensor) -> Tensor:
+    """(B, *space, C) -> (B, C, *space), a view."""
+    return h.permute(0, h.ndim - 1, *range(1, h.ndim - 1))
