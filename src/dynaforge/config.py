@@ -675,6 +675,13 @@ class FNOConfig(ModelConfig):
     """Spectral blocks."""
     projection: int = 64
     """Hidden channels of the output projection."""
+    spectral_transform: Literal["auto", "fft", "dft"] = "auto"
+    """How spectral convolutions reach the kept modes: `fft` (rfft, gather, scatter, irfft), `dft` (matrix
+    products with truncated DFT matrices: same result to float rounding, faster when few modes are kept), or
+    `auto` (`dft` when modes <= a quarter of the grid points on every axis, else `fft`)."""
+    spectral_low_precision: bool = False
+    """Let bf16/fp16 autocast run the `dft` path's matrix products (and the mode mixing) in low precision;
+    false keeps the spectral convolution in fp32 whatever train.precision is (the `fft` path always does)."""
 
     def __post_init__(self) -> None:
         for name in ("width", "modes", "layers", "projection"):
