@@ -8,8 +8,9 @@ Two kinds of run, told apart by the checkpoint:
   (batch, K, features) when it reads a history), float64; output `log_step` (batch,), log(h / T0).
 
 The exporter is torch.export-based (`torch.onnx.export(..., dynamo=True)`): the TorchScript exporter has no
-FFT, which the FNO's spectral convolution needs (its weights are real tensors, so the graph has no complex
-parameters; benchmarks/onnx_export_fno.py records both exporters). The model file carries what a user of
+FFT, which an FNO built with `spectral_transform: fft` needs (with the DFT-matrix transform both exporters
+work; the weights are real tensors either way, so the graph has no complex parameters;
+benchmarks/onnx_export_fno.py records both exporters). The model file carries what a user of
 it needs in its metadata (`dynaforge` key, JSON): the kind, the model config and shape, the normalisation
 statistics, the input and output names, the opset.
 
