@@ -18,21 +18,25 @@ convolution (groups=K). This script times, in one process, on the conv shapes of
 - `compiled_conv_frozen`, `compiled_im2col_frozen`: the conv and `im2col_mm` as modules under
   torch.compile(mode="max-autotune") with inductor freezing (weights as constants: what the oneDNN weight
   prepacking and the C++ GEMM template with AMX micro-kernels need);
+- `winograd_products_bound`: not a convolution, the batched matmul of Winograd F(2x2, kxk) alone (a lower
+  bound on the time of a Winograd convolution built on torch.bmm);
 - grouped forms (K operators, groups=K): `grouped_conv2d` against `grouped_bmm` (flat im2col per operator,
   one torch.bmm over K), and the grouped convolution against K per-operator calls of the same shape.
 
 Measured here (provisional, loaded 2-core machine, one thread, torch 2.13.0): the engine's F.conv2d sustains
-81-84% of the measured bf16 conv peak (about 1420 GFLOP/s) over the workload's shape mix; its hidden layers
-(16-64 channels in, 3x3 and 5x5) run at 80-105% of that peak, only the C=3 stems (100-400 GFLOP/s) and
-the 64->3 1x1 head (50 GFLOP/s) are far below it, and they are about 11% of the convolution time. No form
-reaches the 1.3x over F.conv2d asked for: prepacked weights 1.10-1.14x on the mix (mostly on the small shapes),
-max-autotune + freezing 0.67-0.68x (it keeps oneDNN over its AMX GEMM template and adds layout copies), the
-matmul forms 0.07-0.16x (the gathered im2col buffer and bf16 outputs per tap cost more than the
+81-86% of the measured bf16 conv peak (about 1420 GFLOP/s) over the workload's shape mix; its hidden layers
+(16-64 channels in, 3x3 and 5x5) run at 80-105% of that peak, only the C=3 stems (100-400 GFLOP/s) and the
+64->3 1x1 head (50 GFLOP/s) are far below it, and they are about 11% of the convolution time. No form
+reaches the 1.3x over F.conv2d asked for: prepacked weights 1.10-1.17x on the mix (mostly on the small
+shapes), max-autotune + freezing 0.67-0.68x (it keeps oneDNN over its AMX GEMM template and adds layout
+copies), the matmul forms 0.07-0.16x (the gathered im2col buffer and bf16 outputs per tap cost more than the
 convolution), grouped bmm 0.06-0.19x of the grouped convolution; the grouped convolution itself is slower
-per FLOP than K per-operator calls (0.7-0.85x at K=4, 0.5-0.6x at K=16), which is why the fused engine runs operators one at
-a time. The bf16 convolutions are therefore already close to this core's AMX throughput; the 10x goal
-cannot come from a faster formulation of the same convolutions, only from less work elsewhere (or fewer
-convolution FLOPs, e.g. Winograd, at a precision cost not measured here).
+per FLOP than K per-operator calls (0.7-0.9x at K=4, 0.5-0.6x at K=16), which is why the fused engine runs
+operators one at a time. The bf16 convolutions are therefore already close to this core's AMX throughput;
+the 10x goal cannot come from a faster formulation of the same convolutions, only from less work elsewhere
+(or fewer convolution FLOPs: but the batched bf16 matmul of a Winograd F(2x2, kxk) alone, before its
+transforms, takes 1.6x the direct convolution's time over the mix (0.64x), so Winograd on torch.bmm cannot
+win either).
 
 Each form is checked against float32 F.conv2d of the same bf16-rounded inputs (relative max difference,
 bf16 precision is about 4e-3). Times are process CPU time (one thread: the time of a quiet core), median
@@ -63,6 +67,9 @@ from dynaforge.systems import random_cnn as rc
 RESULTS = Path(__file__).parent / "results" / "grouped_conv_forms.json"
 BF16_TOLERANCE = 2e-2
 """Relative max difference (against float32 on the same bf16 inputs) within which a form counts as equal."""
+WINOGRAD = "winograd_products_bound"
+"""Not a convolution: the batched matmul of a Winograd F(2x2, kxk) convolution alone, without its input
+and output transforms, i.e. a lower bound on the time of a Winograd convolution built on torch.bmm."""
 Shape = tuple[int, int, int]  # (c_in, c_out, kernel)
 
 
@@ -185,6 +192,11 @@ def single_forms(
         if out.dim() == 2:
             out = flat_to_nchw(out, m, n, padded)
         diffs[name] = relative(out, exact)
+    if k > 1:  # Winograd F(2x2, kxk): (k+1)^2 tile positions, M (n/2)^2 tiles; the products only
+        tiles = torch.randn((k + 1) ** 2, m * (n // 2) ** 2, c_in, generator=g, dtype=torch.float32)
+        tile_weights = torch.randn((k + 1) ** 2, c_in, c_out, generator=g, dtype=torch.float32)
+        tiles, tile_weights = tiles.to(torch.bfloat16), tile_weights.to(torch.bfloat16)
+        forms[WINOGRAD] = lambda: torch.bmm(tiles, tile_weights)
     return forms, diffs, 2.0 * m * n * n * c_out * c_in * k * k
 
 
@@ -290,12 +302,13 @@ def main() -> None:
         for (c_in, c_out, k), count in sorted(shapes.items()):
             forms, diffs, flops = single_forms(c_in, c_out, k, m, n, not args.no_compile)
             times = time_forms(forms, args.repeats, args.inner)
+            times.setdefault(WINOGRAD, times["conv2d"])  # 1x1: no Winograd, the convolution itself
             flops_total += flops * count
             for name, t in times.items():
                 totals[name] += t * count
                 worst[name] = max(worst.get(name, 0.0), diffs.get(name, 0.0))
             line = ", ".join(
-                f"{name} {t * 1e3:.3f} ms ({flops / t / 1e9:.0f} GF/s, diff {diffs.get(name, 0):.1e})"
+                f"{name} {t * 1e3:.3f} ms ({flops / t / 1e9:.0f} GF/s, diff {diffs.get(name, float('nan')):.1e})"
                 for name, t in times.items()
             )
             print(f"{c_in}->{c_out} k{k} x{count}: {line}")
@@ -358,9 +371,20 @@ def main() -> None:
                 "baseline_value": flops_total / base / 1e9,
                 "ratio": base / total,
                 "notes": (
-                    f"{notes_common}; form {name}; worst relative max diff vs float32 on the same bf16 inputs "
-                    f"{worst[name]:.1e} (conv2d itself {worst['conv2d']:.1e}); "
-                    f"per-shape ms: "
+                    f"{notes_common}; form {name}; "
+                    + (
+                        "NOT a full convolution: the bf16 batched matmul of Winograd F(2x2, kxk) alone, no "
+                        "transforms (a lower bound; 1x1 layers counted at conv2d's time); "
+                        if name == WINOGRAD
+                        else ""
+                    )
+                    + (
+                        ""
+                        if name == WINOGRAD
+                        else f"worst relative max diff vs float32 on the same bf16 inputs "
+                        f"{worst[name]:.1e} (conv2d itself {worst['conv2d']:.1e}); "
+                    )
+                    + "per-shape ms: "
                     + "; ".join(
                         f"{s['shape']} x{s['count']}: {s['ms'][name]:.3f} vs {s['ms']['conv2d']:.3f}"
                         for s in per_shape
