@@ -1259,7 +1259,9 @@ class CorrectorStageConfig:
         if self.epochs < 1 or self.sampler_steps < 1 or self.lr <= 0:
             raise ConfigError("epochs and sampler_steps must be >= 1 and lr > 0")
         if self.val_samples < 2:
-            raise ConfigError(f"val_samples must be >= 2 (the energy score needs pairs), got {self.val_samples}")
+            raise ConfigError(
+                f"val_samples must be >= 2 (the energy score needs pairs), got {self.val_samples}"
+            )
 
 
 @dataclass
@@ -1321,7 +1323,6 @@ class StagesConfig:
     def __post_init__(self) -> None:
         if self.val_windows < 1:
             raise ConfigError(f"val_windows must be >= 1, got {self.val_windows}")
-
 
 
 # --------------------------------------------------------------------------------------------------
