@@ -221,7 +221,7 @@ class Trainer:
         self.step_samples = 0
         self.compiled = False
 
-    def windows(self, dataset: DatasetFolder, split: str) -> WindowDataset:
+    def windows(self, dataset: DatasetFolder, split: str) -> WindowDataset | Dataset:
         data = self.config.data
         if dataset.split_size(split) == 0:
             raise RunError(
