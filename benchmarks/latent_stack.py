@@ -74,7 +74,7 @@ SPECTRUM_RANGE = 1e-6
 SIZES = {
     # name: (n_train, n_test, operator epochs, corrector epochs, distill epochs, steady epochs, rollout steps,
     #        ensemble members)
-    "full": (24, 16, 6, 3, 2, 5, 100, 8),
+    "full": (16, 16, 4, 2, 1, 3, 100, 8),
     "quick": (6, 4, 1, 1, 1, 1, 30, 3),
 }
 
@@ -109,7 +109,7 @@ def stack_config(quick: bool) -> Config:
             "train.device=cpu",
             "stages.val_windows=128",
             f"stages.operator.epochs={op}",
-            "stages.operator.lr=0.001",
+            "stages.operator.lr=0.003",
             "stages.operator.rollout_steps=2",
             "stages.operator.val_rollout=20",
             f"stages.diffusion_residual.epochs={corr}",

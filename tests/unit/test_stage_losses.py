@@ -75,3 +75,15 @@ def test_energy_score_dtypes_and_gradient(dtype: torch.dtype) -> None:
     assert score.shape == (2,) and score.dtype == torch.float32 and torch.isfinite(score).all()
     score.sum().backward()
     assert torch.isfinite(samples.grad.float()).all()
+
+
+def test_log_spectrum_loss_ignores_errors_far_below_the_energetic_shells() -> None:
+    """Tiny noise in the near-empty dissipation range must not dominate (it stalled training when the floor
+    was absolute): the loss stays small, while a real error in the energetic shells is large."""
+    x = torch.linspace(0, 1, 65, dtype=torch.float32)[:-1]
+    truth = torch.sin(2 * torch.pi * 3 * x).view(1, 1, 1, 64)
+    noisy = truth + 1e-6 * torch.randn(
+        1, 1, 1, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float32
+    )
+    assert float(log_spectrum_loss(noisy, truth)) < 0.01
+    assert float(log_spectrum_loss(0.5 * truth, truth)) > 0.01

@@ -75,6 +75,8 @@ log = logging.getLogger(__name__)
 STATUS_FILE = "stages.json"
 SPECTRUM_FLOOR = 1e-10
 """Added to energy spectra before their logarithm (normalised units), so that empty shells stay finite."""
+SPECTRUM_RELATIVE_FLOOR = 1e-3
+"""The spectral loss's floor, relative to the true frame's mean shell energy (see `log_spectrum_loss`)."""
 RESIDUAL_SCALE_WINDOWS = 1024
 """Training windows the residual's standard deviation is measured on."""
 
@@ -135,12 +137,16 @@ def conditions_of(batch: tuple[Tensor, ...]) -> Conditions:
 
 
 def log_spectrum_loss(predicted: Tensor, truth: Tensor) -> Tensor:
-    """Mean |log E_pred(k) - log E_true(k)| over samples, frames, channels and shells, in fp32 with
-    autocast off (spectra of half-precision fields lose the small scales)."""
+    """Mean |log(E_pred(k) + f) - log(E_true(k) + f)| over samples, frames, channels and shells, in fp32 with
+    autocast off (spectra of half-precision fields lose the small scales). The floor f is
+    SPECTRUM_RELATIVE_FLOOR times the true frame's mean shell energy: shells far below it (the dissipation
+    range) barely count, which keeps the gradient bounded (an absolute floor lets the near-empty shells'
+    1 / E dominate the loss and stall training)."""
     with torch.autocast(device_type=predicted.device.type, enabled=False):
         e_pred = energy_spectrum(predicted.float())
         e_true = energy_spectrum(truth.float())
-        return (torch.log(e_pred + SPECTRUM_FLOOR) - torch.log(e_true + SPECTRUM_FLOOR)).abs().mean()
+        floor = SPECTRUM_RELATIVE_FLOOR * e_true.mean(dim=-1, keepdim=True) + SPECTRUM_FLOOR
+        return (torch.log(e_pred + floor) - torch.log(e_true + floor)).abs().mean()
 
 
 def validation_noise(shape: tuple[int, ...], seed: int, device: torch.device) -> Tensor:
