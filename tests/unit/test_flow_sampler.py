@@ -179,3 +179,14 @@ def test_spread_error_correlation() -> None:
         1.0, abs=1e-5
     )
     assert spread_error_correlation(1.0 / scales.expand_as(error), truth + error, truth) < 0
+
+
+def test_corrector_with_draws_averages_residual_samples() -> None:
+    corrector = Corrector(ConstantVelocity(), steps=2, draws=4)
+    prediction = torch.zeros(3, 1, 8, dtype=torch.float32)
+    noise = torch.randn(4, 3, 1, 8, dtype=torch.float32)
+    params = torch.zeros(3, 0, dtype=torch.float32)
+    residual = corrector.residual(prediction, prediction, params, noise)
+    assert torch.allclose(residual, noise.mean(dim=0) + 2.0, atol=1e-6)
+    single = Corrector(ConstantVelocity(), steps=2).residual(prediction, prediction, params, noise[0])
+    assert torch.allclose(single, noise[0] + 2.0)

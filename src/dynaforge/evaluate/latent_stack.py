@@ -54,21 +54,36 @@ def conditioned_rollout(
 
 @dataclass
 class Corrector:
-    """A residual sampler: the flow model and how many steps (and which integrator) it takes."""
+    """A residual sampler: the flow model, how many steps (and which integrator) it takes, and how many
+    draws it averages (1: a sample of the residual; more: an estimate of its conditional mean, which trades
+    the sample's spread for a lower expected error)."""
 
     model: nn.Module
     steps: int
     method: str = "euler"
+    draws: int = 1
 
     def residual(
         self,
         prediction: Float[Tensor, "batch channels *space"],
         previous: Float[Tensor, "batch channels *space"],
         params: Float[Tensor, "batch parameters"],
-        noise: Float[Tensor, "batch channels *space"],
+        noise: Tensor,  # (B, C, *space) or (draws, B, C, *space)
     ) -> Float[Tensor, "batch channels *space"]:
-        condition = torch.stack([prediction, previous], dim=1)
-        return sample(self.model, noise, condition, params, self.steps, self.method)  # type: ignore[arg-type]
+        """The residual from `noise` (B, C, *space), or the mean over a leading axis of draws."""
+        if noise.ndim == prediction.ndim:
+            noise = noise[None]
+        draws = noise.shape[0]
+        condition = torch.stack([prediction, previous], dim=1).repeat(draws, *(1,) * prediction.ndim)
+        samples = sample(
+            self.model,
+            noise.flatten(0, 1),
+            condition,
+            params.repeat(draws, 1),
+            self.steps,
+            self.method,  # type: ignore[arg-type]
+        )
+        return samples.unflatten(0, (draws, -1)).mean(dim=0)
 
 
 def energy(frame: Tensor) -> Tensor:
@@ -99,7 +114,8 @@ def predictor_corrector_rollout(
                 drift = (energy(prediction) / reference.clamp_min(1e-12) - 1).abs()
                 due = due | (drift > drift_threshold)
             if bool(due.any()):
-                noise = torch.randn(prediction.shape, generator=generator, dtype=torch.float32)
+                shape = (corrector.draws, *prediction.shape)
+                noise = torch.randn(shape, generator=generator, dtype=torch.float32)
                 residual = corrector.residual(
                     prediction, window[:, -1], conditions.params, noise.to(prediction)
                 )
