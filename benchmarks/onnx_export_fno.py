@@ -11,7 +11,8 @@ For neuraloperator's legacy export the script also retries with its `state_dict`
 override adds a `_metadata` dict that the TorchScript tracer cannot detach), to show which failure comes next.
 A model that exports is run in onnxruntime and compared with PyTorch on a random input.
 
-Nothing here belongs to the package: dynaforge's own export command (issue 9) will live in dynaforge.export.
+Nothing here belongs to the package: dynaforge's own export command, `dynaforge export`, lives in
+dynaforge.export and uses the dynamo exporter, as this benchmark found it must.
 
 Run: `.venv-bench/bin/python benchmarks/onnx_export_fno.py [--quick]` (or `make bench`).
 Writes benchmarks/results/onnx_export_fno.json (`dynaforge` / `baseline_value`: max |onnxruntime - torch|

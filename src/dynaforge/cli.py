@@ -24,11 +24,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.WARNING if args.quiet or worker else logging.INFO, format="%(levelname)s %(message)s"
     )
     from dynaforge.runs import RunError
-    from dynaforge.store import DatasetError
 
+    expected: tuple[type[Exception], ...] = (ConfigError, RunError, FileNotFoundError)
+    if args.verb != "rollout":  # `rollout` runs without PyTorch, which dynaforge.store imports
+        from dynaforge.store import DatasetError
+
+        expected += (DatasetError,)
     try:
         return int(args.handler(args) or 0)
-    except (ConfigError, DatasetError, RunError, FileNotFoundError) as error:
+    except expected as error:
         # Expected failures (a bad config, a bad dataset) get one clear line, not a traceback.
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -86,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue the run in --out from its last checkpoint (start it if it has none)",
     )
     train.add_argument(
+        "--resume-from-artifact",
+        default=None,
+        metavar="REF",
+        help="continue from a W&B checkpoint artifact (entity/project/checkpoint-ID:alias) into a new --out",
+    )
+    train.add_argument(
         "--profile",
         type=int,
         default=0,
@@ -110,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.set_defaults(handler=run_run)
     add_nbody_parser(verbs)
+    add_tune_export_parsers(verbs)
+    add_twophase_parser(verbs)
     return parser
 
 
@@ -146,6 +158,75 @@ def add_nbody_parser(verbs: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
     train.set_defaults(handler=run_nbody_train)
+
+
+def add_tune_export_parsers(verbs: argparse._SubParsersAction) -> None:
+    tune = verbs.add_parser("tune", help="an Optuna study over a training config (tune.space in the YAML)")
+    add_config_arguments(tune)
+    tune.add_argument(
+        "--trials", type=int, required=True, help="finished trials the study should hold (resumes to N)"
+    )
+    tune.add_argument(
+        "--study", default=None, help="study name (default: tune.study, else the config's name)"
+    )
+    tune.add_argument(
+        "--storage", default=None, help="Optuna storage URL (default: tune.storage, else STUDY/study.db)"
+    )
+    tune.add_argument("--out", default=None, help="study folder (default: studies/NAME)")
+    tune.add_argument(
+        "--data", default=None, help="dataset folder for PDE trials (default: generated into STUDY/data)"
+    )
+    tune.add_argument("--threads", type=int, default=None, help="torch threads per trial")
+    tune.set_defaults(handler=run_tune)
+
+    export = verbs.add_parser("export", help="export a run's model to ONNX and verify it in onnxruntime")
+    export.add_argument("run", help="run folder (from `dynaforge train`, `nbody train` or STUDY/best)")
+    export.add_argument("--out", required=True, help="the .onnx file to write")
+    export.add_argument("--checkpoint", choices=("best", "last"), default="best", help="which checkpoint")
+    export.add_argument(
+        "--data", default=None, help="dataset for the real-input check (default: the one trained on)"
+    )
+    export.set_defaults(handler=run_export)
+
+    rollout = verbs.add_parser(
+        "rollout", help="autoregressive rollout of an exported model with onnxruntime alone (no PyTorch)"
+    )
+    rollout.add_argument("--onnx", required=True, help="model exported by `dynaforge export`")
+    rollout.add_argument("--data", required=True, help="dataset folder whose trajectories to roll out")
+    rollout.add_argument("--split", default="test", choices=("train", "val", "test"), help="default test")
+    rollout.add_argument("--frames", type=int, default=None, help="frames to predict (default: all stored)")
+    rollout.add_argument("--samples", type=int, default=None, help="trajectories (default: all of the split)")
+    rollout.set_defaults(handler=run_rollout)
+
+
+def add_twophase_parser(verbs: argparse._SubParsersAction) -> None:
+    twophase = verbs.add_parser(
+        "twophase", help="two-phase (equilibrium propagation) training of energy-based models"
+    )
+    actions = twophase.add_subparsers(dest="action", required=True)
+    train = actions.add_parser("train", help="train the `twophase` section's model into a run folder")
+    add_config_arguments(train)
+    train.add_argument("--out", required=True, help="run folder (config.yaml, metrics.jsonl, checkpoints/)")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from checkpoints/last.pt (start it if it has none)",
+    )
+    train.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small networks)")
+    train.set_defaults(handler=run_twophase_train)
+
+
+def run_twophase_train(args: argparse.Namespace) -> int:
+    from dynaforge.train.two_phase import train_two_phase
+
+    config = load_config(args.config, args.overrides)
+    with torch_threads(args.threads):
+        summary = train_two_phase(config, args.out, resume=args.resume)
+    print(
+        f"{summary.run}: {summary.epochs} epochs, {summary.steps} windows, "
+        f"best validation loss {summary.best_val_loss:.4e}"
+    )
+    return 0
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -276,12 +357,16 @@ def run_train(args: argparse.Namespace) -> int:
     if stage:
         return run_train_stages(args, stage[-1].split("=", 1)[1])
     config = load_config(args.config, args.overrides)
+    if args.resume_from_artifact:
+        from dynaforge.train.log import start_from_artifact
+
+        start_from_artifact(args.resume_from_artifact, args.out, config)
     summary = train(
         config,
         args.data,
         args.out,
         progress=False if args.no_progress else None,
-        resume=args.resume,
+        resume=args.resume or bool(args.resume_from_artifact),
         profile_steps=args.profile,
     )
     if int(os.environ.get("RANK", "0")) > 0:
@@ -322,6 +407,59 @@ def run_run(args: argparse.Namespace) -> int:
     report = run_pipeline(config, args.out, progress=False if args.no_progress else None)
     print_evaluation(json.loads((report.parent / "metrics.json").read_text()))
     print(f"report: {report}")
+    return 0
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    try:
+        from dynaforge.tune import run_study
+    except ImportError as error:
+        raise ConfigError(f"dynaforge tune needs Optuna: pip install 'dynaforge[tune]' ({error})") from error
+    if args.quiet:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # Optuna logs each trial through its own handler
+    config = load_config(args.config, args.overrides)
+    name = args.study or config.tune.study or Path(args.config).stem
+    out = args.out or str(Path("studies") / name)
+    with torch_threads(args.threads):
+        result = run_study(config, args.trials, out, name, storage=args.storage, data=args.data)
+    summary = result.summary
+    states = ", ".join(f"{n} {k}" for k, n in summary["states"].items())
+    print(f"study {name}: {summary['trials']} trial{'' if summary['trials'] == 1 else 's'} ({states})")
+    for best in summary["best"]:
+        params = ", ".join(f"{k}={v}" for k, v in best["params"].items())
+        print(f"best trial {best['number']}: {best['values']} with {params}")
+    print(f"summary: {result.folder / 'summary.md'}; best run: {summary['best_run']}")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    try:
+        from dynaforge.export.onnx_export import export_run
+    except ImportError as error:
+        raise ConfigError(
+            f"dynaforge export needs onnx, onnxruntime and onnxscript: pip install 'dynaforge[export]' ({error})"
+        ) from error
+    result = export_run(args.run, args.out, checkpoint=args.checkpoint, data=args.data)
+    for check in result.checks:
+        print(
+            f"{check.name:<7} max |onnxruntime - torch| {check.max_abs:.3e}  relative {check.relative:.3e}  "
+            f"(tolerance {check.tolerance:.1e}) ok"
+        )
+    print(f"wrote {result.path} (opset {result.opset}, inputs {result.inputs}, outputs {result.outputs})")
+    return 0
+
+
+def run_rollout(args: argparse.Namespace) -> int:
+    from dynaforge.export.onnx_rollout import rollout_onnx
+
+    result = rollout_onnx(args.onnx, args.data, split=args.split, frames=args.frames, samples=args.samples)
+    print(f"{result.samples} trajectories of {args.split}, {len(result.nrmse)} predicted frames")
+    for step in sorted({1, len(result.nrmse) // 2 or 1, len(result.nrmse)}):
+        print(f"rollout nRMSE, step {step:<3d} {result.nrmse[step - 1]:.4e}")
     return 0
 
 

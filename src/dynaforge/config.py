@@ -675,6 +675,13 @@ class FNOConfig(ModelConfig):
     """Spectral blocks."""
     projection: int = 64
     """Hidden channels of the output projection."""
+    spectral_transform: Literal["auto", "fft", "dft"] = "auto"
+    """How spectral convolutions reach the kept modes: `fft` (rfft, gather, scatter, irfft), `dft` (matrix
+    products with truncated DFT matrices: same result to float rounding, faster when few modes are kept), or
+    `auto` (`dft` when modes <= a quarter of the grid points on every axis, else `fft`)."""
+    spectral_low_precision: bool = False
+    """Let bf16/fp16 autocast run the `dft` path's matrix products (and the mode mixing) in low precision;
+    false keeps the spectral convolution in fp32 whatever train.precision is (the `fft` path always does)."""
 
     def __post_init__(self) -> None:
         for name in ("width", "modes", "layers", "projection"):
@@ -949,6 +956,10 @@ class WandbConfig:
     """Tags of the run."""
     mode: Literal["auto", "online", "offline"] = "auto"
     """`auto`: online when an API key is configured (WANDB_API_KEY or `wandb login`), else offline."""
+    log_checkpoints: bool = False
+    """Upload checkpoints/last.pt as a W&B `model` artifact after every epoch (aliases `latest`,
+    `epoch-N`, and `best` when the epoch improved); `dynaforge train --resume-from-artifact` continues
+    from one."""
 
 
 @dataclass
@@ -1326,6 +1337,237 @@ class StagesConfig:
 
 
 # --------------------------------------------------------------------------------------------------
+# Hyper-parameter tuning (dynaforge tune)
+
+
+@dataclass
+class SearchDimension:
+    """How Optuna draws one config value of a trial (a `tune.space` entry, keyed by the dotted config key).
+
+    `log_uniform`: a float between low and high, uniform in log space. `uniform`: a float between low and
+    high (on a grid of `step` when set). `int`: an integer between low and high inclusive (every `step`;
+    in log space with `log`). `categorical`: one of `choices`.
+    """
+
+    kind: Literal["log_uniform", "uniform", "int", "categorical"] = "uniform"
+    """The distribution: log_uniform, uniform, int or categorical."""
+    low: float | None = None
+    """Smallest value (log_uniform, uniform, int)."""
+    high: float | None = None
+    """Largest value, included (log_uniform, uniform, int)."""
+    step: float | None = None
+    """Grid spacing (uniform, int; int defaults to 1); null draws continuously."""
+    log: bool = False
+    """Draw an int in log space (int only; log_uniform is the float kind)."""
+    choices: list[Any] = field(default_factory=list)
+    """The values of a categorical dimension: numbers, strings, booleans or null."""
+
+    def __post_init__(self) -> None:
+        if self.kind == "categorical":
+            if not self.choices:
+                raise ConfigError("a categorical dimension needs a non-empty `choices` list")
+            bad = [c for c in self.choices if not (c is None or isinstance(c, bool | int | float | str))]
+            if bad:
+                raise ConfigError(f"choices must be numbers, strings, booleans or null, got {bad!r}")
+            return
+        if self.choices:
+            raise ConfigError(f"`choices` belongs to kind categorical, not {self.kind}")
+        if self.low is None or self.high is None:
+            raise ConfigError(f"a {self.kind} dimension needs `low` and `high`")
+        if self.low > self.high:
+            raise ConfigError(f"low ({self.low}) must not exceed high ({self.high})")
+        if (self.kind == "log_uniform" or self.log) and self.low <= 0:
+            raise ConfigError(f"a log-scale dimension needs low > 0, got low={self.low}")
+        if self.log and self.kind != "int":
+            raise ConfigError("`log` applies to kind int; use kind log_uniform for floats")
+        if self.kind == "log_uniform" and self.step is not None:
+            raise ConfigError("a log_uniform dimension takes no `step`")
+        if self.kind == "int" and (self.low != int(self.low) or self.high != int(self.high)):
+            raise ConfigError(f"an int dimension needs integer low and high, got {self.low} and {self.high}")
+        if self.step is not None and self.step <= 0:
+            raise ConfigError(f"step must be > 0 or null, got {self.step}")
+
+
+@dataclass
+class TuneObjective:
+    """One value a study optimises: a named metric of the trial's validation and its direction.
+
+    PDE surrogates: `best_val_loss` (the loss of the kept best.pt), `val_loss` and `train_loss` (last
+    epoch), `parameters`, `seconds` (training time). The N-body controller: `best_val_loss`, `val_loss` and
+    the `val_<group>_<quantity>` entries of its evaluation (e.g. `val_kepler_mean_log_step`),
+    `parameters`, `seconds`.
+    """
+
+    metric: str = "best_val_loss"
+    """Name of the metric (see the class docstring)."""
+    direction: Literal["minimize", "maximize"] = "minimize"
+    """Whether smaller or larger values are better."""
+
+
+@dataclass
+class TunePrunerConfig:
+    """Stops trials whose intermediate values (one per epoch, or per controller evaluation) lag behind.
+
+    Pruning needs a single objective; a multi-objective study runs every trial to the end.
+    """
+
+    name: Literal["median", "percentile", "successive_halving", "hyperband", "none"] = "median"
+    """Optuna pruner: median, percentile, successive_halving, hyperband, or none."""
+    startup_trials: int = 2
+    """Trials that run to the end before median/percentile pruning starts."""
+    warmup_epochs: int = 0
+    """Intermediate values of a trial not judged by median/percentile pruning: its first epochs (the
+    N-body controller: its first optimiser steps)."""
+    percentile: float = 25.0
+    """The percentile pruner keeps trials in the best `percentile` per cent."""
+
+    def __post_init__(self) -> None:
+        if self.startup_trials < 0 or self.warmup_epochs < 0:
+            raise ConfigError("startup_trials and warmup_epochs must be >= 0")
+        if not 0 < self.percentile < 100:
+            raise ConfigError(f"percentile must be in (0, 100), got {self.percentile}")
+
+
+@dataclass
+class TuneConfig:
+    """An Optuna study over this config (`dynaforge tune CONFIG --trials N`); see `dynaforge.tune`.
+
+    Each trial trains this config with the `space` values drawn for it, in STUDY/trials/NNNN/.
+    """
+
+    space: dict[str, SearchDimension] = field(default_factory=dict)
+    """Dotted config key (e.g. `train.lr`, `model.width`) -> how to draw its value."""
+    objectives: list[TuneObjective] = field(default_factory=lambda: [TuneObjective()])
+    """What the study optimises; more than one makes a multi-objective study (a Pareto front)."""
+    pruner: TunePrunerConfig = field(default_factory=TunePrunerConfig)
+    """Which trials are stopped early."""
+    sampler: Literal["tpe", "random", "nsga2"] = "tpe"
+    """Optuna sampler: tpe (default), random, or nsga2 (multi-objective)."""
+    seed: int = 0
+    """Sampler seed (the n-th process to join a study, counting from 0, adds 1000 n)."""
+    study: str | None = None
+    """Study name; null uses the config file's name. `--study` overrides it."""
+    storage: str | None = None
+    """Optuna storage URL; null is SQLite in the study folder (STUDY/study.db). `--storage` overrides it."""
+    heartbeat: int = 10
+    """Seconds between a running trial's heartbeats; a trial silent for twice as long (a killed
+    process) is marked failed and retried by the next process that joins the study."""
+    retries: int = 1
+    """Times a failed trial is retried with the same values (resuming its run from its last checkpoint)."""
+    plots: bool = True
+    """Write optimisation history, parameter importances and parallel coordinates as PNG."""
+
+    def __post_init__(self) -> None:
+        if not self.objectives:
+            raise ConfigError("objectives needs at least one {metric, direction} entry")
+        if self.heartbeat <= 0:
+            raise ConfigError(f"heartbeat must be > 0 seconds, got {self.heartbeat}")
+        if self.retries < 0:
+            raise ConfigError(f"retries must be >= 0, got {self.retries}")
+        for key in self.space:
+            if key.split(".")[0] == "tune":
+                raise ConfigError(f"space key {key!r}: the tune section itself cannot be tuned")
+
+
+# --------------------------------------------------------------------------------------------------
+# Two-phase (equilibrium propagation) training of energy-based models
+
+
+@dataclass
+class EnergyModelConfig:
+    """The energy-based model (`dynaforge.models.hopfield`): a continuous Hopfield network whose units s are
+    `hidden` then `outputs` units, with the input x clamped:
+        E(s) = 1/2 |s|^2 - 1/2 rho(s)^T W rho(s) - b^T rho(s) - rho(s)^T U x,   W symmetric, zero diagonal.
+    """
+
+    name: Literal["hopfield"] = "hopfield"
+    """Which energy model (one of `dynaforge.models.hopfield.ENERGY_MODELS`)."""
+    inputs: int = 4
+    """Clamped input units."""
+    hidden: int = 32
+    """Hidden units."""
+    outputs: int = 2
+    """Output units (the prediction is their state)."""
+    activation: Literal["tanh", "sigmoid"] = "tanh"
+    """rho, the units' activation."""
+    init_scale: float = 0.5
+    """Initial weights are drawn N(0, init_scale^2 / fan_in): small enough for a unique, quickly reached fixed point."""
+
+    def __post_init__(self) -> None:
+        if min(self.inputs, self.hidden, self.outputs) < 1:
+            raise ConfigError("inputs, hidden and outputs must all be >= 1")
+        if self.init_scale <= 0:
+            raise ConfigError(f"init_scale must be > 0, got {self.init_scale}")
+
+
+@dataclass
+class TeacherTaskConfig:
+    """The task: fit the fixed points of a teacher network (an `EnergyModelConfig` network with its own
+    seed and weight scale), inputs x ~ N(0, 1), targets the teacher's output units at its relaxed state."""
+
+    train_samples: int = 256
+    """Training inputs (fixed, drawn once from the seed)."""
+    val_samples: int = 128
+    """Validation inputs."""
+    teacher_scale: float = 1.0
+    """The teacher's init_scale (larger: a harder, more nonlinear map)."""
+    seed: int = 1234
+    """Seeds the teacher's weights and the inputs."""
+
+    def __post_init__(self) -> None:
+        if self.train_samples < 1 or self.val_samples < 1 or self.teacher_scale <= 0:
+            raise ConfigError("train_samples and val_samples must be >= 1, teacher_scale > 0")
+
+
+@dataclass
+class TwoPhaseConfig:
+    """Two-phase (equilibrium propagation) training (`dynaforge twophase train`, `dynaforge.train.two_phase`).
+
+    One window (one optimiser step) on a batch: relax the free energy E for `free_steps` steps from s = 0
+    (the free phase), snapshot the state, relax E + beta C for `nudged_steps` steps from the free state
+    (the nudged phase; C = 1/2 |outputs - target|^2), and for `symmetric` nudging restore the snapshot and
+    relax E - beta C too. The gradient estimate of the loss C(free state) is
+        one-sided:  (dE/dtheta(s_beta) - dE/dtheta(s_0)) / beta
+        symmetric:  (dE/dtheta(s_beta) - dE/dtheta(s_-beta)) / (2 beta)
+    and the optimiser steps against it (it descends the loss). Relaxation is gradient descent on the state,
+    s <- s + v, v <- momentum v - step_size dF/ds. The optimiser, schedule, clipping, logging,
+    checkpoints, seed, device, `compile` and `cuda_graph` come from the `train` section; `train.epochs`
+    counts passes over the task's training inputs in batches of `batch`.
+    """
+
+    model: EnergyModelConfig = field(default_factory=EnergyModelConfig)
+    """The energy-based model."""
+    task: TeacherTaskConfig = field(default_factory=TeacherTaskConfig)
+    """The task it learns."""
+    beta: float = 0.1
+    """Nudging strength (> 0)."""
+    nudging: Literal["symmetric", "one_sided"] = "symmetric"
+    """`symmetric` (+beta and -beta phases; bias O(beta^2)) or `one_sided` (+beta only; bias O(beta))."""
+    free_steps: int = 40
+    """Relaxation steps of the free phase."""
+    nudged_steps: int = 20
+    """Relaxation steps of each nudged phase (from the free state)."""
+    step_size: float = 0.5
+    """Relaxation step size on the state."""
+    momentum: float = 0.0
+    """Heavy-ball momentum of the relaxation (the state's velocity is part of the snapshot)."""
+    batch: int = 32
+    """Inputs per window."""
+    dtype: Literal["float32", "float64"] = "float32"
+    """Precision of the weights and the state."""
+
+    def __post_init__(self) -> None:
+        if self.beta <= 0:
+            raise ConfigError(
+                f"beta must be > 0 (the sign of the nudge is fixed by `nudging`), got {self.beta}"
+            )
+        if self.free_steps < 1 or self.nudged_steps < 1 or self.batch < 1:
+            raise ConfigError("free_steps, nudged_steps and batch must be >= 1")
+        if self.step_size <= 0 or not 0 <= self.momentum < 1:
+            raise ConfigError("step_size must be > 0 and momentum in [0, 1)")
+
+
+# --------------------------------------------------------------------------------------------------
 # The whole configuration
 
 
@@ -1349,6 +1591,10 @@ class Config:
     """The learned N-body step controller and its training."""
     stages: StagesConfig = field(default_factory=StagesConfig)
     """The staged latent stack (`dynaforge train ... stage=all`)."""
+    tune: TuneConfig = field(default_factory=TuneConfig)
+    """The hyper-parameter search of `dynaforge tune` (ignored by the other verbs)."""
+    twophase: TwoPhaseConfig = field(default_factory=TwoPhaseConfig)
+    """Two-phase (equilibrium propagation) training of an energy-based model."""
 
 
 # --------------------------------------------------------------------------------------------------

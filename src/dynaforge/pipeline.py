@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dynaforge.config import Config, config_differences, config_to_dict, load_config, save_config
 from dynaforge.evaluate import evaluate, evaluation_is_current
-from dynaforge.runs import EVALUATION_ONLY, RunError, holds_run, run_folder
+from dynaforge.runs import RunError, holds_run, run_folder, training_differences
 from dynaforge.store import generate
 from dynaforge.store.format import MANIFEST
 from dynaforge.store.writer import identity_of
@@ -67,10 +67,7 @@ def training_is_complete(root: Path, config: Config) -> bool:
     if run.config.exists():
         saved = config_to_dict(load_config(run.config))
         wanted = config_to_dict(config)
-        differences = config_differences(
-            {k: v for k, v in saved.items() if k not in EVALUATION_ONLY},
-            {k: v for k, v in wanted.items() if k not in EVALUATION_ONLY},
-        )
+        differences = training_differences(saved, wanted)
         if differences:
             raise RunError(
                 f"{root} holds a run trained with a different config; refusing to overwrite it.\n"

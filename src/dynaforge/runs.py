@@ -9,11 +9,14 @@ RUN/eval/metrics.json      after `dynaforge evaluate`, with plots and report.htm
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-EVALUATION_ONLY = ("evaluate",)
-"""Config sections that change only the evaluation of a run, not the run itself."""
+from dynaforge.config import ConfigError, config_differences, config_from_dict, config_to_dict
+
+EVALUATION_ONLY = ("evaluate", "tune")
+"""Config sections that change only how a run is evaluated or searched over, not the run itself."""
 
 
 class RunFolder(NamedTuple):
@@ -60,3 +63,24 @@ def holds_run(path: str | Path) -> bool:
     """True when `path` already holds (part of) a training run."""
     run = run_folder(path)
     return run.config.exists() or run.metrics.exists() or run.checkpoints.exists()
+
+
+def training_differences(saved: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """The dotted keys where two plain config dicts train differently (evaluation-only sections ignored).
+
+    `saved` is completed with today's defaults first, so a run saved before a config section existed still
+    matches a config that leaves that section at its defaults.
+    """
+    return config_differences(
+        {k: v for k, v in with_defaults(saved).items() if k not in EVALUATION_ONLY},
+        {k: v for k, v in wanted.items() if k not in EVALUATION_ONLY},
+    )
+
+
+def with_defaults(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved plain config with sections and keys added since it was written filled by their defaults;
+    unchanged when it no longer validates (its differences are then reported key by key)."""
+    try:
+        return config_to_dict(config_from_dict(saved))
+    except ConfigError:
+        return dict(saved)

@@ -161,3 +161,59 @@ def test_model_rebuilt_from_checkpoint_data_gives_the_same_outputs() -> None:
     rebuilt = model_from_checkpoint(checkpoint)
     frames = torch.randn(2, 2, 1, 16, dtype=torch.float32)
     torch.testing.assert_close(rebuilt(ModelInput(frames)).frames, model(ModelInput(frames)).frames)
+
+
+@pytest.mark.parametrize("name", ["fno", "unet"])
+@pytest.mark.parametrize("size", [(16, 16), (17, 12)])
+def test_two_dimensional_output_shape_and_gradients(name: str, size: tuple[int, int]) -> None:
+    shape = ModelShape(channels=2, history=2, horizon=1, spatial_dims=2)
+    model = make(name, shape, residual=False)
+    frames = torch.randn(3, 2, 2, *size, dtype=torch.float32, requires_grad=True)
+    output = model(ModelInput(frames=frames)).frames
+    assert output.shape == (3, 1, 2, *size) and output.dtype == torch.float32
+    output.square().mean().backward()
+    assert frames.grad is not None and frames.grad.abs().sum() > 0
+    for parameter_name, parameter in model.named_parameters():
+        assert parameter.grad is not None and torch.isfinite(parameter.grad).all(), parameter_name
+
+
+def test_unet_2d_uses_2d_convolutions_and_starts_as_persistence() -> None:
+    model = make("unet", ModelShape(channels=3, history=2, horizon=2, spatial_dims=2))
+    assert all(m.weight.ndim == 4 for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert not any(isinstance(m, torch.nn.Conv1d) for m in model.modules())
+    frames = torch.randn(2, 2, 3, 12, 20, dtype=torch.float32)
+    output = model(ModelInput(frames=frames)).frames
+    torch.testing.assert_close(output, frames[:, -1:].expand(-1, 2, -1, -1, -1))
+
+
+def test_unet_2d_mixes_both_axes_periodically() -> None:
+    """A point impulse reaches both axes, and wraps around the periodic edges (circular padding)."""
+    model = make("unet", ModelShape(channels=1, history=1, horizon=1, spatial_dims=2), residual=False).eval()
+    base = torch.zeros(1, 1, 1, 16, 16, dtype=torch.float32)
+    impulse = base.clone()
+    impulse[..., 0, 0] = 1.0
+    with torch.inference_mode():
+        change = (model(ModelInput(impulse)).frames - model(ModelInput(base)).frames).abs()[0, 0, 0]
+    assert change[1, 0] > 0 and change[0, 1] > 0  # both axes
+    assert change[-1, 0] > 0 and change[0, -1] > 0  # across the periodic edges
+
+
+def test_unet_2d_rejects_grids_too_small_for_its_levels() -> None:
+    unet = make("unet", ModelShape(channels=1, history=1, horizon=1, spatial_dims=2))
+    with pytest.raises(ValueError, match=r"per axis.*lower model\.levels"):
+        unet(ModelInput(frames=torch.randn(1, 1, 1, 16, 3, dtype=torch.float32)))
+
+
+def test_unet_1d_parameter_names_are_unchanged() -> None:
+    """1D checkpoints written before the U-Net learned 2D keep loading: same names and shapes."""
+    state = make("unet", ModelShape(channels=1, history=2, horizon=1)).state_dict()
+    level = [f"layers.{i}.{p}" for i in (0, 1, 3, 4) for p in ("weight", "bias")]
+    expected = {
+        f"{part}.{i}.{name}"
+        for part, n in (("encoders", 3), ("decoders", 2))
+        for i in range(n)
+        for name in level
+    }
+    assert set(state) == expected | {"output.weight", "output.bias"}
+    assert state["encoders.0.layers.0.weight"].shape == (8, 2, 3)
+    assert state["decoders.0.layers.0.weight"].shape == (16, 48, 3)

@@ -51,31 +51,48 @@ class OperatorDtypes(TorchDispatchMode):
         return {d for name, dtypes in self.calls if name in names for d in dtypes}
 
 
-def tiny_fno() -> torch.nn.Module:
-    config = load_config(None, ["model.width=8", "model.modes=4", "model.layers=2"])
+def tiny_fno(*overrides: str) -> torch.nn.Module:
+    config = load_config(None, ["model.width=8", "model.modes=4", "model.layers=2", *overrides])
     return build_model(config.model, ModelShape(1, 2, 1))
 
 
-def test_bf16_autocast_runs_convolutions_in_bf16_and_ffts_in_fp32() -> None:
-    model = tiny_fno()
+@pytest.mark.parametrize("transform", ["fft", "dft"])
+def test_bf16_autocast_runs_pointwise_layers_in_bf16_and_the_spectral_path_in_fp32(transform: str) -> None:
+    model = tiny_fno(f"model.spectral_transform={transform}")
     frames = torch.randn(3, 2, 1, 16, dtype=torch.float32)
     precision = Precision("bf16", torch.device("cpu"))
     recorder = OperatorDtypes()
     with recorder, precision.autocast():
         output = model(ModelInput(frames=frames)).frames
     loss = LOSSES["mse"](output, torch.zeros_like(frames[:, :1]))
-    assert recorder.dtypes_of("convolution") == {torch.bfloat16}  # the pointwise (1x1) convolutions
-    assert recorder.dtypes_of("_fft_r2c", "_fft_c2r") == {torch.float32}
-    assert recorder.dtypes_of("bmm") == {torch.float32}  # the spectral mode mixing, autocast off
+    # the pointwise (1x1) layers, channels-last matrix products
+    assert recorder.dtypes_of("addmm", "mm") == {torch.bfloat16}
+    if transform == "fft":
+        assert recorder.dtypes_of("_fft_r2c", "_fft_c2r") == {torch.float32}
+    else:
+        assert not recorder.dtypes_of("_fft_r2c", "_fft_c2r")
+    # the spectral mode mixing (and the DFT matrix products), autocast off
+    assert recorder.dtypes_of("bmm") == {torch.float32}
     assert loss.dtype == torch.float32
     loss.backward()
     assert all(p.grad.dtype == torch.float32 for p in model.parameters())  # master weights stay fp32
 
 
+def test_spectral_low_precision_lets_autocast_run_the_dft_products_in_bf16() -> None:
+    model = tiny_fno("model.spectral_transform=dft", "model.spectral_low_precision=true")
+    recorder = OperatorDtypes()
+    with recorder, Precision("bf16", torch.device("cpu")).autocast():
+        model(ModelInput(frames=torch.randn(3, 2, 1, 16, dtype=torch.float32)))
+    assert recorder.dtypes_of("bmm") == {torch.bfloat16}
+
+
 def test_fp32_runs_nothing_in_low_precision() -> None:
+    model = tiny_fno()
+    frames = torch.randn(2, 2, 1, 16, dtype=torch.float32)
+    model(ModelInput(frames=frames))  # builds (in float64) and caches the DFT matrices, in float32
     recorder = OperatorDtypes()
     with recorder, Precision("fp32", torch.device("cpu")).autocast():
-        tiny_fno()(ModelInput(frames=torch.randn(2, 2, 1, 16, dtype=torch.float32)))
+        model(ModelInput(frames=frames))
     all_dtypes = {d for _, dtypes in recorder.calls for d in dtypes}
     assert all_dtypes == {torch.float32}
 

@@ -94,9 +94,24 @@ def test_grouped_float32_matches_the_straightforward_loop(engine: str) -> None:
             g.set_state(state)
         module = rc.RandomCNN(rc.architecture_of(op, system.channels), batch.layers[k])
         slow = rc.reference_rollout(module, op, batch.initial[k], batch.generators[k], system.config.steps)
-        scale = float(slow.abs().max())
-        # float32 with a different summation order: relative agreement to 1e-5 over 5 steps.
-        torch.testing.assert_close(fast[k], slow, atol=1e-5 * scale, rtol=0)
+        for g, state in zip(batch.generators[k], states[k]):
+            g.set_state(state)
+        exact = rc.reference_rollout(
+            module.double(),
+            op,
+            batch.initial[k],
+            batch.generators[k],
+            system.config.steps,
+            dtype=torch.float64,
+        )
+        scale = float(exact.abs().max())
+        fast_error = float((fast[k].double() - exact).abs().max()) / scale
+        slow_error = float((slow.double() - exact).abs().max()) / scale
+        # Both float32 paths round differently; which one lands closer to the float64 trajectory depends on
+        # summation order (and so on the thread count). The engine must be as accurate as the definition run
+        # in float32: within twice its error, plus 16 float32 units for trajectories the definition happens
+        # to hit almost exactly.
+        assert fast_error <= 2 * slow_error + 16 * 2.0**-24, (k, fast_error, slow_error)
 
 
 def test_bfloat16_agrees_with_float32_over_one_step_to_bfloat16_precision() -> None:
@@ -236,3 +251,33 @@ def test_compiled_fused_engine_rebuilds_exactly_and_agrees_with_eager_execution(
         )
         relative = (fields - one[:, :, 1]).abs().amax() / one[:, :, 1].abs().amax()
         assert 0 < float(relative) < 0.03, (precision, float(relative))
+
+
+def test_update_coefficients_follow_each_policy() -> None:
+    base = rc.OperatorParams(2, 16, 32, 3, "conv", "group", "relu", 1.0, 0.01, "autoregressive", 0.2, 0.7)
+    ops = [base, base._replace(policy="residual"), base._replace(policy="convex")]
+    expected = torch.tensor([[0.0, 1.0, 0.01], [1.0, 0.2, 0.002], [0.7, 0.3, 0.003]], dtype=torch.float32)
+    torch.testing.assert_close(rc.update_coefficients(ops), expected)
+
+
+@pytest.mark.parametrize("engine", ["fused", "grouped"])
+def test_rollout_into_caller_buffers_equals_rollout_into_its_own(engine: str) -> None:
+    """The trajectories written frame by frame into `out` are bit for bit those of the returned buffer."""
+    system = small_system(f"system.engine={engine}", "system.space.kernel_size.choices={'3': 1.0}")
+    batch, *_ = system.build_operators("train", 0, 2, base_seed=4)
+    arch = rc.architecture_of(batch.ops[0], system.channels)
+    keep = [i for i, op in enumerate(batch.ops) if rc.architecture_of(op, system.channels) == arch]
+    states = [[g.get_state() for g in batch.generators[i]] for i in keep]
+    group = rc.build_group(arch, [batch.ops[i] for i in keep], [batch.layers[i] for i in keep], system.config)
+    own = rc.grouped_rollout(group, batch.initial[keep], [batch.generators[i] for i in keep], 4, save_every=2)
+    for i, row in zip(keep, states):
+        for g, state in zip(batch.generators[i], row):
+            g.set_state(state)
+    out = torch.full((len(keep), system.config.realizations, 3, 3, 16, 16), float("nan"), dtype=torch.float32)
+    written = rc.grouped_rollout(
+        group, batch.initial[keep], [batch.generators[i] for i in keep], 4, save_every=2, out=list(out)
+    )
+    assert torch.equal(torch.stack(list(written)), out)  # the views of `out`, filled
+    torch.testing.assert_close(out, own, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="out must hold"):
+        rc.grouped_rollout(group, batch.initial[keep], [batch.generators[i] for i in keep], 4, out=list(out))

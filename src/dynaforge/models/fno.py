@@ -3,6 +3,12 @@
 lift (pointwise) -> `layers` blocks of [spectral convolution + pointwise convolution, GELU] -> project
 (pointwise, GELU, pointwise). No grid coordinates are appended: on a periodic domain the operator then
 commutes with translations, as the PDEs it learns do.
+
+Layout: the hidden fields are kept channels last, (batch, *space, width), so that every pointwise layer is
+one matrix product over all points (`torch.nn.functional.linear`) instead of a 1x1 convolution, which
+oneDNN runs several times slower on CPU (its backward above all), and the spectral convolutions' DFT
+matrices contract the spatial axis directly. The pointwise layers keep the parameters (names, shapes and
+initialisation) of the 1x1 convolutions they replace, so checkpoints are unchanged.
 """
 
 from __future__ import annotations
@@ -20,23 +26,64 @@ from dynaforge.models.base import (
     stack_to_frames,
     update_to_output,
 )
-from dynaforge.models.spectral import SpectralConv
+from dynaforge.models.spectral import SpectralConv, Transform, channels_first_to_last, channels_last_to_first
 
-POINTWISE = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
-"""A 1x1 convolution per number of spatial axes."""
+
+class ChannelsLastPointwise:
+    """The forward of a 1x1 convolution on channels-last fields: one matrix product over all points.
+
+    Mixed into the convolution classes below, which keep their parameters (weight (out, in, 1, ...), bias)
+    and initialisation; so checkpoints and the optimiser's routing (a convolution kernel, for Muon) see a
+    1x1 convolution.
+    """
+
+    weight: Tensor
+    bias: Tensor | None
+
+    def forward(
+        self, h: Float[Tensor, "batch *space in_channels"]
+    ) -> Float[Tensor, "batch *space out_channels"]:
+        return nn.functional.linear(h, self.weight.flatten(1), self.bias)
+
+
+class Pointwise1d(ChannelsLastPointwise, nn.Conv1d):
+    """A 1x1 Conv1d applied to (batch, x, channels)."""
+
+
+class Pointwise2d(ChannelsLastPointwise, nn.Conv2d):
+    """A 1x1 Conv2d applied to (batch, x, y, channels)."""
+
+
+class Pointwise3d(ChannelsLastPointwise, nn.Conv3d):
+    """A 1x1 Conv3d applied to (batch, x, y, z, channels)."""
+
+
+POINTWISE: dict[int, type[nn.Module]] = {1: Pointwise1d, 2: Pointwise2d, 3: Pointwise3d}
+"""A channels-last 1x1 convolution per number of spatial axes."""
+
+
+def pointwise(in_channels: int, out_channels: int, spatial_dims: int) -> nn.Module:
+    return POINTWISE[spatial_dims](in_channels, out_channels, kernel_size=1)
 
 
 class FNOBlock(nn.Module):
-    """x -> act(spectral(x) + pointwise(x))."""
+    """h -> act(spectral(h) + pointwise(h)), channels last."""
 
-    def __init__(self, width: int, modes: tuple[int, ...], activate: bool) -> None:
+    def __init__(
+        self,
+        width: int,
+        modes: tuple[int, ...],
+        activate: bool,
+        transform: Transform = "auto",
+        low_precision: bool = False,
+    ) -> None:
         super().__init__()
-        self.spectral = SpectralConv(width, width, modes)
-        self.pointwise = POINTWISE[len(modes)](width, width, kernel_size=1)
+        self.spectral = SpectralConv(width, width, modes, transform, low_precision)
+        self.pointwise = pointwise(width, width, len(modes))
         self.activation = nn.GELU() if activate else nn.Identity()
 
-    def forward(self, x: Float[Tensor, "batch width *space"]) -> Float[Tensor, "batch width *space"]:
-        return self.activation(self.spectral(x) + self.pointwise(x))
+    def forward(self, h: Float[Tensor, "batch *space width"]) -> Float[Tensor, "batch *space width"]:
+        return self.activation(self.spectral.forward_channels_last(h) + self.pointwise(h))
 
 
 class FNO(nn.Module):
@@ -47,16 +94,23 @@ class FNO(nn.Module):
         if shape.spatial_dims not in POINTWISE:
             raise ValueError(f"FNO supports 1 to 3 spatial axes, got {shape.spatial_dims}")
         self.config, self.shape = config, shape
-        conv = POINTWISE[shape.spatial_dims]
-        modes = (config.modes,) * shape.spatial_dims
-        self.lift = conv(shape.in_channels, config.width, kernel_size=1)
+        dims = shape.spatial_dims
+        modes = (config.modes,) * dims
+        self.lift = pointwise(shape.in_channels, config.width, dims)
         self.blocks = nn.ModuleList(
-            FNOBlock(config.width, modes, activate=i < config.layers - 1) for i in range(config.layers)
+            FNOBlock(
+                config.width,
+                modes,
+                activate=i < config.layers - 1,
+                transform=config.spectral_transform,
+                low_precision=config.spectral_low_precision,
+            )
+            for i in range(config.layers)
         )
         self.project = nn.Sequential(
-            conv(config.width, config.projection, kernel_size=1),
+            pointwise(config.width, config.projection, dims),
             nn.GELU(),
-            conv(config.projection, shape.out_channels, kernel_size=1),
+            pointwise(config.projection, shape.out_channels, dims),
         )
         if config.residual:
             # Start as "nothing changes": the first prediction is the last input frame.
@@ -65,8 +119,8 @@ class FNO(nn.Module):
 
     def forward(self, inputs: ModelInput) -> ModelOutput:
         check_input(inputs, self.shape)
-        hidden = self.lift(frames_to_stack(inputs.frames))
+        hidden = self.lift(channels_first_to_last(frames_to_stack(inputs.frames)))  # (B, *space, width)
         for block in self.blocks:
             hidden = block(hidden)
-        update = stack_to_frames(self.project(hidden), self.shape.channels)
+        update = stack_to_frames(channels_last_to_first(self.project(hidden)), self.shape.channels)
         return update_to_output(inputs, update, self.config.residual)

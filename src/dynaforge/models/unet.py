@@ -1,8 +1,10 @@
-"""A small 1D U-Net baseline with periodic (circular) padding, GroupNorm and GELU.
+"""A small U-Net baseline on 1, 2 or 3 periodic spatial axes: circular padding, GroupNorm and GELU.
 
-Encoder: at each level two convolutions, then average pooling by 2 (odd sizes are floored).
-Decoder: upsample (linear) to the skip connection's exact size, concatenate, two convolutions.
-Any grid size of at least 2^(levels-1) points works, odd ones included.
+Encoder: at each level two convolutions, then average pooling by 2 on every axis (odd sizes are floored).
+Decoder: upsample ((bi/tri)linear) to the skip connection's exact size, concatenate, two convolutions.
+Any grid of at least 2^(levels-1) points per axis works, odd sizes included. The convolutions have as many
+spatial axes as the data (`ModelShape.spatial_dims`); the parameter names do not depend on it, so 1D
+checkpoints written before the U-Net knew 2D still load.
 """
 
 from __future__ import annotations
@@ -22,23 +24,31 @@ from dynaforge.models.base import (
     update_to_output,
 )
 
+CONVOLUTIONS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
+"""The convolution per number of spatial axes."""
+POOLING = {1: nn.functional.avg_pool1d, 2: nn.functional.avg_pool2d, 3: nn.functional.avg_pool3d}
+"""Average pooling per number of spatial axes."""
+UPSAMPLING = {1: "linear", 2: "bilinear", 3: "trilinear"}
+"""The `interpolate` mode per number of spatial axes."""
+
 
 class ConvBlock(nn.Module):
     """Two [circular conv, GroupNorm, GELU] layers."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int) -> None:
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, spatial_dims: int = 1) -> None:
         super().__init__()
+        conv = CONVOLUTIONS[spatial_dims]
         padding = kernel_size // 2
         self.layers = nn.Sequential(
-            nn.Conv1d(in_channels, out_channels, kernel_size, padding=padding, padding_mode="circular"),
+            conv(in_channels, out_channels, kernel_size, padding=padding, padding_mode="circular"),
             nn.GroupNorm(groups_for(out_channels), out_channels),
             nn.GELU(),
-            nn.Conv1d(out_channels, out_channels, kernel_size, padding=padding, padding_mode="circular"),
+            conv(out_channels, out_channels, kernel_size, padding=padding, padding_mode="circular"),
             nn.GroupNorm(groups_for(out_channels), out_channels),
             nn.GELU(),
         )
 
-    def forward(self, x: Float[Tensor, "batch c_in x"]) -> Float[Tensor, "batch c_out x"]:
+    def forward(self, x: Float[Tensor, "batch c_in *space"]) -> Float[Tensor, "batch c_out *space"]:
         return self.layers(x)
 
 
@@ -48,45 +58,47 @@ def groups_for(channels: int) -> int:
 
 
 class UNet(nn.Module):
-    """U-Net over one periodic spatial axis; see the module docstring."""
+    """U-Net over 1 to 3 periodic spatial axes; see the module docstring."""
 
     def __init__(self, config: UNetConfig, shape: ModelShape) -> None:
         super().__init__()
-        if shape.spatial_dims != 1:
-            raise ValueError(f"the U-Net is 1D only, got data with {shape.spatial_dims} spatial axes")
+        if shape.spatial_dims not in CONVOLUTIONS:
+            raise ValueError(f"the U-Net supports 1 to 3 spatial axes, got {shape.spatial_dims}")
         self.config, self.shape = config, shape
+        dims = shape.spatial_dims
         widths = [config.channels * 2**level for level in range(config.levels)]
         self.encoders = nn.ModuleList(
-            ConvBlock(c_in, c_out, config.kernel_size)
+            ConvBlock(c_in, c_out, config.kernel_size, dims)
             for c_in, c_out in zip([shape.in_channels, *widths[:-1]], widths)
         )
         self.decoders = nn.ModuleList(
-            ConvBlock(widths[level + 1] + widths[level], widths[level], config.kernel_size)
+            ConvBlock(widths[level + 1] + widths[level], widths[level], config.kernel_size, dims)
             for level in reversed(range(config.levels - 1))
         )
-        self.output = nn.Conv1d(widths[0], shape.out_channels, kernel_size=1)
+        self.output = CONVOLUTIONS[dims](widths[0], shape.out_channels, kernel_size=1)
         if config.residual:
             nn.init.zeros_(self.output.weight)
             nn.init.zeros_(self.output.bias)
 
     def forward(self, inputs: ModelInput) -> ModelOutput:
         check_input(inputs, self.shape)
-        size = inputs.frames.shape[-1]
+        dims = self.shape.spatial_dims
+        size = min(inputs.frames.shape[-dims:])
         if size < 2 ** (self.config.levels - 1):
             raise ValueError(
                 f"a U-Net with {self.config.levels} levels needs >= {2 ** (self.config.levels - 1)} grid "
-                f"points, got {size}; lower model.levels"
+                f"points per axis, got {tuple(inputs.frames.shape[-dims:])}; lower model.levels"
             )
         hidden = frames_to_stack(inputs.frames)
         skips = []
         for level, encoder in enumerate(self.encoders):
             if level > 0:
-                hidden = nn.functional.avg_pool1d(hidden, kernel_size=2)
+                hidden = POOLING[dims](hidden, kernel_size=2)
             hidden = encoder(hidden)
             skips.append(hidden)
         for decoder, skip in zip(self.decoders, reversed(skips[:-1])):
             hidden = nn.functional.interpolate(
-                hidden, size=skip.shape[-1], mode="linear", align_corners=False
+                hidden, size=skip.shape[-dims:], mode=UPSAMPLING[dims], align_corners=False
             )
             hidden = decoder(torch.cat([hidden, skip], dim=1))
         update = stack_to_frames(self.output(hidden), self.shape.channels)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, no_type_check, runtime_checkable
 
 import numpy as np
 import torch
@@ -152,6 +152,23 @@ def policy_coefficients(op: OperatorParams) -> tuple[float, float]:
     raise ValueError(f"unknown policy {op.policy!r}; valid: autoregressive, residual, convex")
 
 
+def update_coefficients(
+    ops: Sequence[OperatorParams], device: torch.device | str = "cpu"
+) -> Float[Tensor, "k 3"]:
+    """Per operator the numbers of its update x <- p x + q (O(x) + sigma xi): rows (p, q, q sigma), float32."""
+    rows = []
+    for op in ops:
+        p, q = policy_coefficients(op)
+        rows.append((p, q, q * op.noise_scale))
+    return torch.tensor(rows, dtype=torch.float32, device=device)
+
+
+@no_type_check  # traced by torch.compile in the fused engine: no runtime type-checking wrapper
+def adds_input(arch: Architecture, h: Tensor, y: Tensor) -> bool:
+    """Whether a hidden layer adds its input h to its output y: a residual block whose width is unchanged."""
+    return arch.block == "residual" and y.shape == h.shape
+
+
 def noise_generator(row_seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(row_seed) % 2**63)
 
@@ -194,7 +211,7 @@ class RandomCNN(nn.Module):
         h = act(F.conv2d(periodic_pad(x, k), self.weights[0], self.biases[0]))
         for weight, bias in zip(self.weights[1:-1], self.biases[1:-1]):
             y = act(normalize(F.conv2d(periodic_pad(h, k), weight, bias), self.arch.norm, 1))
-            h = h + y if self.arch.block == "residual" and y.shape == h.shape else y
+            h = h + y if adds_input(self.arch, h, y) else y
         return F.conv2d(h, self.weights[-1], self.biases[-1])
 
 
@@ -205,18 +222,23 @@ def reference_rollout(
     generators: Sequence[torch.Generator],
     steps: int,
     save_every: int = 1,
+    dtype: torch.dtype = torch.float32,
 ) -> Float[Tensor, "realizations time channels x y"]:
-    """All realizations of one operator, eager float32: the definition of a trajectory."""
+    """All realizations of one operator, eager float32: the definition of a trajectory.
+
+    `dtype=torch.float64` (with a float64 `module`) gives the same trajectory with less rounding, a reference
+    for judging float32 engines; the noise is drawn in float32 either way, so both see the same noise.
+    """
     p, q = policy_coefficients(op)
     m = len(generators)
-    x = initial.to(torch.float32).expand(m, *initial.shape).contiguous()
+    x = initial.to(dtype).expand(m, *initial.shape).contiguous()
     frames = [x]
     module.eval()
     with torch.inference_mode():
         for n in range(1, steps + 1):
             noise = torch.stack(
                 [torch.randn(initial.shape, generator=g, dtype=torch.float32) for g in generators]
-            )
+            ).to(dtype)
             x = p * x + q * (module(x) + op.noise_scale * noise)
             if n % save_every == 0:
                 frames.append(x)
@@ -256,14 +278,8 @@ class GroupedOperators:
             torch.cat([layer[i].bias for layer in layers]).to(device=device, dtype=dtype)
             for i in range(len(layers[0]))
         ]
-        coefficients = torch.tensor([policy_coefficients(op) for op in ops], dtype=torch.float32)  # (K, 2)
-        per_channel = coefficients.repeat_interleave(arch.channels, dim=0).to(device)  # (K C, 2)
-        self.p = per_channel[:, 0].view(1, -1, 1, 1)
-        self.q = per_channel[:, 1].view(1, -1, 1, 1)
-        sigma = torch.tensor([op.noise_scale for op in ops], dtype=torch.float32).repeat_interleave(
-            arch.channels
-        )
-        self.q_sigma = (self.q.reshape(-1) * sigma.to(device)).view(1, -1, 1, 1)
+        per_channel = update_coefficients(ops, device).repeat_interleave(arch.channels, dim=0)  # (K C, 3)
+        self.p, self.q, self.q_sigma = (column.view(1, -1, 1, 1) for column in per_channel.unbind(1))
 
     def apply(self, x: Float[Tensor, "m kc x y"]) -> Float[Tensor, "m kc x y"]:
         """O(x) of every operator without the noise, returned in float32."""
@@ -275,7 +291,7 @@ class GroupedOperators:
             y = act(
                 normalize(F.conv2d(periodic_pad(h, k), weight, bias, groups=self.k), self.arch.norm, self.k)
             )
-            h = h + y if self.arch.block == "residual" and y.shape == h.shape else y
+            h = h + y if adds_input(self.arch, h, y) else y
         return F.conv2d(h, self.weights[-1], self.biases[-1], groups=self.k).float()
 
     def step(
@@ -321,29 +337,46 @@ def grouped_rollout(
     steps: int,
     save_every: int = 1,
     on_step: Callable[[int], Any] | None = None,
-) -> Float[Tensor, "k m time channels x y"]:
-    """Every operator and realization of a group; generators[k][m] is the noise of operator k, realization m."""
+    out: Sequence[Tensor] | None = None,
+) -> Float[Tensor, "k m time channels x y"] | Sequence[Float[Tensor, "m time channels x y"]]:
+    """Every operator and realization of a group; generators[k][m] is the noise of operator k, realization m.
+
+    Returns a new (K, M, T, C, n, n) float32 buffer of trajectories, or, when `out` holds K (M, T, C, n, n)
+    tensors on the state's device, writes each operator's trajectory into its tensor frame by frame (so the
+    caller's buffer needs no copy afterwards) and returns `out`.
+    """
     k, c = initial.shape[0], initial.shape[1]
     m = len(generators[0])
     space = tuple(initial.shape[2:])
     device = initial.device
     n_frames = steps // save_every + 1
     with torch.inference_mode(), flush_denormals():  # every state an inference tensor, from the first
-        # Preallocated buffers, filled in place on purpose: the trajectory and the noise of one step.
-        frames = torch.empty((k, m, n_frames, c, *space), dtype=torch.float32, device=device)
+        # Preallocated buffers, filled in place on purpose: the trajectories and the noise of one step.
+        buffer = None
+        if out is None:
+            buffer = torch.empty((k, m, n_frames, c, *space), dtype=torch.float32, device=device)
+        trajectories = buffer.unbind(0) if buffer is not None else out
+        if len(trajectories) != k or any(t.shape != (m, n_frames, c, *space) for t in trajectories):
+            raise ValueError(f"out must hold {k} trajectories of shape {(m, n_frames, c, *space)}")
         noise = torch.empty((k, m, c, *space), dtype=torch.float32, device=device)
         x = initial.to(torch.float32)[:, None].expand(k, m, c, *space).contiguous()
-        frames[:, :, 0] = x
+        save_frame(trajectories, x, 0)
         for n in range(1, steps + 1):
             for op in range(k):
                 for r in range(m):
                     torch.randn((c, *space), generator=generators[op][r], out=noise[op, r])
             x = group.step(x, noise)
             if n % save_every == 0:
-                frames[:, :, n // save_every] = x
+                save_frame(trajectories, x, n // save_every)
             if on_step is not None:
                 on_step(k * m)
-    return frames
+    return buffer if buffer is not None else out
+
+
+def save_frame(trajectories: Sequence[Tensor], x: Tensor, index: int) -> None:
+    """Write state x (K, M, C, n, n) as frame `index` of each operator's (M, T, C, n, n) trajectory."""
+    for trajectory, state in zip(trajectories, x, strict=True):
+        trajectory[:, index] = state  # in place on purpose: the preallocated trajectory buffer
 
 
 def group_bytes(
@@ -406,6 +439,8 @@ def generate_operators(
                 group = build_group(
                     arch, [batch.ops[i] for i in chunk], [batch.layers[i] for i in chunk], config, device
                 )
+                # On the CPU the trajectories go straight into `frames` (views of its rows, no copy after).
+                direct = [frames[i] for i in chunk] if device.type == "cpu" else None
                 result = grouped_rollout(
                     group,
                     batch.initial[chunk].to(device),
@@ -413,6 +448,7 @@ def generate_operators(
                     config.steps,
                     config.save_every,
                     on_step,
+                    direct,
                 )
             except (RuntimeError, torch.OutOfMemoryError) as error:
                 if not is_out_of_memory(error) or size == 1:
@@ -423,7 +459,8 @@ def generate_operators(
                     for g, state in zip(row, row_states):
                         g.set_state(state)
                 continue
-            frames[chunk] = result.cpu()
+            if direct is None:
+                frames[chunk] = result.cpu()
             start += len(chunk)
     return frames
 

@@ -42,8 +42,9 @@ from dynaforge.systems.random_cnn import (
     Architecture,
     Layer,
     OperatorParams,
+    adds_input,
     periodic_pad,
-    policy_coefficients,
+    update_coefficients,
 )
 
 NORM_EPS = 1e-5
@@ -111,7 +112,7 @@ def fused_operator_step(
     for weight, bias, (average, expand) in zip(weights[1:-1], biases[1:-1], norms, strict=True):
         wrapped = wrap(h, k)
         y = normalize_act(F.conv2d(wrapped, weight), bias, average, expand, act)
-        if arch.block == "residual" and y.shape == h.shape:
+        if adds_input(arch, h, y):
             # h read back from the wrapped buffer the convolution needed anyway: under compile, reading
             # h itself would recompute it (and, layer after layer, the whole chain before it).
             y = y + wrapped[:, :, p : wrapped.shape[2] - p, p : wrapped.shape[3] - p].to(torch.float32)
@@ -179,12 +180,7 @@ class FusedOperators:
         ]
         group = GROUP_CHANNELS if arch.norm == "group" else 1  # instance norm: groups of one channel
         self.norms = [group_matrices(width, group, device) for width in arch.widths[1:]]
-        self.coefficients = []
-        for op in ops:
-            p, q = policy_coefficients(op)
-            self.coefficients.append(
-                torch.tensor([p, q, q * op.noise_scale], dtype=torch.float32, device=device)
-            )
+        self.coefficients = [row.clone() for row in update_coefficients(ops, device)]  # own storage each
         self.step_one = step_function(arch, dtype, compile)
 
     def step(

@@ -15,6 +15,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ import torch
 from torch import Tensor
 
 import dynaforge
-from dynaforge.atomic import atomic_write_text
+from dynaforge.atomic import atomic_write_bytes, atomic_write_text
 from dynaforge.config import WandbConfig
 from dynaforge.runs import RunError
 
@@ -216,8 +217,69 @@ class WandbLogger:
         values = {f"{record['kind']}/{k}": v for k, v in record.items() if numeric(v) and k != "step"}
         self.run.log(values, step=int(record.get("step", 0)))
 
+    def log_checkpoint(self, path: Path, aliases: list[str], metadata: dict[str, Any]) -> None:
+        """Upload a checkpoint file as a `model` artifact of this run (queued for `wandb sync` offline)."""
+        import wandb
+
+        artifact = wandb.Artifact(f"checkpoint-{self.run.id}", type="model", metadata=metadata)
+        artifact.add_file(str(path), name=ARTIFACT_FILE)
+        self.run.log_artifact(artifact, aliases=aliases)
+
     def finish(self) -> None:
         self.run.finish()
+
+
+ARTIFACT_FILE = "checkpoint.pt"
+"""The checkpoint's file name inside a W&B checkpoint artifact."""
+
+
+def download_checkpoint_artifact(reference: str, destination: Path) -> Path:
+    """Download the checkpoint of W&B artifact `reference` (`entity/project/checkpoint-ID:alias`) to
+    `destination`, atomically. Needs the wandb package and access to the W&B server."""
+    try:
+        import wandb
+    except ImportError as error:
+        raise RunError(
+            "--resume-from-artifact needs the optional wandb package: pip install 'dynaforge[wandb]'"
+        ) from error
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            artifact = wandb.Api().artifact(reference, type="model")
+            downloaded = Path(artifact.download(root=folder)) / ARTIFACT_FILE
+        except Exception as error:  # wandb raises its own errors for bad names, access and network
+            raise RunError(f"cannot download W&B artifact {reference!r}: {error}") from error
+        if not downloaded.exists():
+            raise RunError(
+                f"W&B artifact {reference!r} holds no {ARTIFACT_FILE}; it was not logged by dynaforge"
+            )
+        atomic_write_bytes(destination, downloaded.read_bytes())
+    return destination
+
+
+def start_from_artifact(reference: str, run_root: str | Path, config: Any) -> None:
+    """Make run folder `run_root` continue from W&B checkpoint artifact `reference`: its checkpoint becomes
+    RUN/checkpoints/last.pt (for `resume`) after checking it was trained with the same `config`."""
+    from dynaforge.config import config_to_dict, save_config
+    from dynaforge.runs import run_folder, training_differences
+    from dynaforge.train.checkpoint import load_checkpoint
+
+    run = run_folder(run_root)
+    if run.last.exists():
+        raise RunError(
+            f"{run.root} already holds a checkpoint; continue it with --resume, or download the artifact into a "
+            "new --out folder"
+        )
+    download_checkpoint_artifact(reference, run.last)
+    saved = load_checkpoint(run.last).get("config", {})
+    wanted = config_to_dict(config)
+    differences = training_differences(saved, wanted)
+    if differences:
+        run.last.unlink()
+        raise RunError(
+            f"W&B artifact {reference!r} was trained with a different config; it cannot be resumed with this one.\n"
+            "  Differences (artifact != requested):\n    " + "\n    ".join(differences[:20])
+        )
+    save_config(config, run.config)
 
 
 def numeric(value: Any) -> bool:

@@ -43,7 +43,6 @@ from dynaforge.config import (
     Config,
     ConfigError,
     LatentConfig,
-    config_differences,
     config_to_dict,
     load_config,
     save_config,
@@ -63,7 +62,7 @@ from dynaforge.evaluate.spectral import energy_spectrum
 from dynaforge.models.flow import FlowInput, flow_velocity, integrate_flow, sample
 from dynaforge.models.latent import Conditions
 from dynaforge.models.registry import model_from_checkpoint
-from dynaforge.runs import EVALUATION_ONLY, RunError, run_folder
+from dynaforge.runs import RunError, run_folder, training_differences
 from dynaforge.store import DatasetFolder
 from dynaforge.store.reader import SplitArrays
 from dynaforge.train.checkpoint import load_checkpoint
@@ -495,11 +494,7 @@ def check_same_run(root: Path, config: Config) -> None:
     if not saved.exists():
         save_config(config, saved)
         return
-    drop = set(EVALUATION_ONLY)
-    differences = config_differences(
-        {k: v for k, v in config_to_dict(load_config(saved)).items() if k not in drop},
-        {k: v for k, v in config_to_dict(config).items() if k not in drop},
-    )
+    differences = training_differences(config_to_dict(load_config(saved)), config_to_dict(config))
     if differences:
         raise RunError(
             f"{root} holds a staged run of a different config; rerun with its own config ({saved}) or another "

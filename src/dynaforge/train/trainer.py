@@ -53,7 +53,6 @@ import dynaforge
 from dynaforge.config import (
     Config,
     ConfigError,
-    config_differences,
     config_to_dict,
     load_config,
     resolve_device,
@@ -61,7 +60,7 @@ from dynaforge.config import (
 )
 from dynaforge.data import Normalizer, Window, WindowDataset, make_loader
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout, build_model
-from dynaforge.runs import EVALUATION_ONLY, RunError, holds_run, run_folder
+from dynaforge.runs import RunError, holds_run, run_folder, training_differences
 from dynaforge.store import DatasetFolder
 from dynaforge.train.capture import StepGraph, compile_model, release_memory_if_short
 from dynaforge.train.checkpoint import (
@@ -449,10 +448,7 @@ class Trainer:
 
     def check_same_config(self, saved: dict[str, Any]) -> None:
         wanted = config_to_dict(self.config)
-        differences = config_differences(
-            {k: v for k, v in saved.items() if k not in EVALUATION_ONLY},
-            {k: v for k, v in wanted.items() if k not in EVALUATION_ONLY},
-        )
+        differences = training_differences(saved, wanted)
         if differences:
             raise RunError(
                 f"{self.run.root} holds a run of a different config; it cannot be resumed with this one.\n"
@@ -753,6 +749,13 @@ class Trainer:
             if improved:
                 save_checkpoint(self.run.best, state)
             save_checkpoint(self.run.last, state)
+            if at_epoch_end and self.wandb is not None and self.config.train.wandb.log_checkpoints:
+                aliases = ["latest", f"epoch-{epochs_done}"] + (["best"] if improved else [])
+                self.wandb.log_checkpoint(
+                    self.run.last,
+                    aliases,
+                    {"epoch": epochs_done, "step": self.step, "val_loss": self.val_loss},
+                )
         barrier(self.cluster)
         if at_epoch_end:
             self.batches_done = 0

@@ -1,0 +1,312 @@
+"""`dynaforge tune`: an Optuna study over any training config, in a study folder.
+
+STUDY/study.db           the Optuna storage (default; any `--storage URL` Optuna's RDB storage takes)
+STUDY/config.yaml        the study's config (a later process must bring the same one)
+STUDY/data/              the dataset every PDE trial trains on (generated once, unless `--data` is given)
+STUDY/trials/NNNN/       the run folder of trial NNNN (kept, pruned trials included)
+STUDY/best/              the best trial's config.yaml, metrics.jsonl, checkpoints/ and trial.json
+STUDY/plots/*.png        optimisation history, parameter importances, parallel coordinates
+STUDY/summary.md, .json  trial counts by state, the best trial(s), their values and parameters
+
+`--trials N` is the number of finished (complete or pruned) trials the study should hold: a process runs
+trials until the study has N, so a study that was interrupted resumes where it stopped when the same
+command is run again, and several processes (on one machine or several sharing a database) can work on one
+study at once. A running trial sends a heartbeat every `tune.heartbeat` seconds; one that stops (a killed
+process) is marked failed by the next process that starts a trial, and retried `tune.retries` times with
+the same values, continuing its run folder from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.study import MaxTrialsCallback
+from optuna.trial import TrialState
+
+from dynaforge.config import Config, ConfigError, config_differences, config_to_dict, load_config, save_config
+from dynaforge.runs import RunError
+from dynaforge.tune.space import DATA_SECTIONS, check_space, config_with_values, suggest
+from dynaforge.tune.trials import (
+    check_objectives,
+    known_metrics,
+    objective_values,
+    reporter_for,
+    train_controller_trial,
+    train_pde_trial,
+)
+
+log = logging.getLogger(__name__)
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+"""Trial states that count towards `--trials`."""
+
+
+class StudyFolder(NamedTuple):
+    root: Path
+
+    @property
+    def database(self) -> Path:
+        return self.root / "study.db"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def best(self) -> Path:
+        return self.root / "best"
+
+    @property
+    def plots(self) -> Path:
+        return self.root / "plots"
+
+    def trial(self, number: int) -> Path:
+        return self.root / "trials" / f"{number:04d}"
+
+
+class StudyResult(NamedTuple):
+    folder: Path
+    study: optuna.Study
+    summary: dict[str, Any]
+
+
+def is_controller(config: Config) -> bool:
+    """N-body configs tune the learned step controller; every other config tunes a PDE surrogate."""
+    return config.system.name == "nbody"
+
+
+def run_study(
+    config: Config,
+    trials: int,
+    out: str | Path,
+    study_name: str,
+    storage: str | None = None,
+    data: str | Path | None = None,
+    progress: bool | None = None,
+) -> StudyResult:
+    """Run trials of `config` until study `study_name` holds `trials` finished trials; write the outputs."""
+    if trials < 1:
+        raise ConfigError(f"--trials must be >= 1, got {trials}")
+    folder = StudyFolder(Path(out))
+    check_space(config, () if is_controller(config) else DATA_SECTIONS)
+    check_objectives(config.tune.objectives, known_metrics(config, is_controller(config)))
+    with study_lock(folder):
+        claim_folder(folder, config)
+        data_root = None if is_controller(config) else prepare_data(config, folder, data, progress)
+        study = open_study(config, folder, study_name, storage or config.tune.storage)
+    finished = count_finished(study)
+    if finished < trials:
+        log.info("study %s: %d of %d trials finished; running the rest", study_name, finished, trials)
+        with optuna_warnings_quiet():
+            study.optimize(
+                lambda trial: run_trial(trial, config, folder, data_root, study_name),
+                n_trials=trials - finished,
+                callbacks=[MaxTrialsCallback(trials, states=FINISHED)],
+                # A trial that diverges or whose values do not fit together (a ValueError of the model, e.g.
+                # more Fourier modes than the grid has) fails alone; Optuna logs why, the study goes on.
+                catch=(RunError, ValueError),
+            )
+    else:
+        log.info("study %s already holds %d finished trials", study_name, finished)
+    from dynaforge.tune.report import write_outputs
+
+    summary = write_outputs(study, folder, config)
+    return StudyResult(folder.root, study, summary)
+
+
+@contextmanager
+def study_lock(folder: StudyFolder) -> Iterator[None]:
+    """Processes joining a study on this machine set it up one at a time (the config check, the dataset,
+    the database schema: SQLite rejects two processes creating its tables at once)."""
+    folder.root.mkdir(parents=True, exist_ok=True)
+    with open(folder.root / ".study.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+def claim_folder(folder: StudyFolder, config: Config) -> None:
+    """Save the study's config, or check that it is the one the folder's study was started with."""
+    folder.root.mkdir(parents=True, exist_ok=True)
+    if folder.config.exists():
+        saved = config_to_dict(load_config(folder.config))
+        differences = config_differences(saved, config_to_dict(config))
+        if differences:
+            raise ConfigError(
+                f"{folder.root} holds a study of a different config; it cannot be continued with this one.\n"
+                "  Differences (existing != requested):\n    " + "\n    ".join(differences[:20]) + "\n"
+                f"  Pass the study's own config ({folder.config}), or use another --out folder."
+            )
+    else:
+        save_config(config, folder.config)
+
+
+def prepare_data(config: Config, folder: StudyFolder, data: str | Path | None, progress: bool | None) -> Path:
+    """The dataset every PDE trial trains on: `data` when given, else STUDY/data (generated once)."""
+    if data is not None:
+        return Path(data).resolve()
+    from dynaforge.pipeline import dataset_is_complete
+    from dynaforge.store import generate
+
+    if not dataset_is_complete(folder.data, config):
+        generate(config, folder.data, progress=progress)
+    return folder.data.resolve()
+
+
+def open_study(config: Config, folder: StudyFolder, name: str, storage_url: str | None) -> optuna.Study:
+    """Create the study or load it (same name and storage): sampler, pruner, heartbeat storage."""
+    tune = config.tune
+    url = storage_url or f"sqlite:///{folder.database.resolve()}"
+    with optuna_warnings_quiet():
+        storage = RDBStorage(
+            url,
+            engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None,
+            heartbeat_interval=tune.heartbeat,
+            grace_period=2 * tune.heartbeat,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                max_retry=tune.retries, inherit_intermediate_values=True
+            ),
+        )
+        directions = [o.direction for o in tune.objectives]
+        study = optuna.create_study(
+            study_name=name, storage=storage, directions=directions, load_if_exists=True
+        )
+    if [d.name.lower() for d in study.directions] != directions:
+        raise ConfigError(
+            f"study {name!r} in {url} optimises {[d.name.lower() for d in study.directions]}, but "
+            f"tune.objectives asks for {directions}; use another --study name"
+        )
+    # Each process that joins the study draws from its own stream: the seed plus its arrival number (so two
+    # processes started together do not draw the same values; a study run by one process is reproducible).
+    arrival = int(study.user_attrs.get("processes", 0))
+    study.set_user_attr("processes", arrival + 1)
+    study.sampler = build_sampler(tune.sampler, tune.seed + 1000 * arrival, len(directions))
+    study.pruner = build_pruner(config)
+    return study
+
+
+def build_sampler(name: str, seed: int, objectives: int) -> optuna.samplers.BaseSampler:
+    with optuna_warnings_quiet():
+        if name == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if name == "nsga2":
+            return optuna.samplers.NSGAIISampler(seed=seed)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=objectives == 1)
+
+
+def build_pruner(config: Config) -> optuna.pruners.BasePruner:
+    pruner = config.tune.pruner
+    if pruner.name == "none":
+        return optuna.pruners.NopPruner()
+    if pruner.name == "percentile":
+        return optuna.pruners.PercentilePruner(
+            pruner.percentile, n_startup_trials=pruner.startup_trials, n_warmup_steps=pruner.warmup_epochs
+        )
+    if pruner.name == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    if pruner.name == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max_resource(config))
+    return optuna.pruners.MedianPruner(
+        n_startup_trials=pruner.startup_trials, n_warmup_steps=pruner.warmup_epochs
+    )
+
+
+def max_resource(config: Config) -> int:
+    """Intermediate values of a full trial's last report: epochs, or the controller's last step."""
+    if is_controller(config):
+        return config.timestepper.steps + config.timestepper.lbfgs_steps
+    return config.train.epochs
+
+
+def count_finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def run_trial(
+    trial: optuna.Trial, config: Config, folder: StudyFolder, data: Path | None, study_name: str
+) -> float | list[float]:
+    """The objective: draw the values, train the trial's config, return its objective value(s)."""
+    values = suggest(trial, config.tune.space)
+    root = root_trial_number(trial)
+    trial_config = config_for_trial(config_with_values(config, values), study_name, root)
+    run = folder.trial(root)
+    resume = root != trial.number
+    trial.set_user_attr("run", str(run.relative_to(folder.root)))
+    trial.set_user_attr("host", socket.gethostname())
+    trial.set_user_attr("pid", os.getpid())
+    reported = inherited_steps(trial, root)
+    report = reporter_for(trial, config.tune.objectives, reported)
+    log.info(
+        "trial %d%s: %s",
+        trial.number,
+        f" (retry of {root}, continuing {run})" if resume else "",
+        ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()),
+    )
+    if data is None:
+        metrics = train_controller_trial(trial_config, run, report, resume)
+    else:
+        metrics = train_pde_trial(trial_config, data, run, report, resume)
+    for key, value in metrics.items():
+        trial.set_user_attr(f"metric:{key}", value)
+    result = objective_values(metrics, config.tune.objectives)
+    return result[0] if len(result) == 1 else result
+
+
+def retry_history(trial: optuna.Trial) -> list[int]:
+    """Numbers of the failed trials this one retries, the first trial of the chain first."""
+    frozen = next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number)
+    with optuna_warnings_quiet():
+        return list(RetryHeartbeatStaleTrialCallback.retry_history(frozen))
+
+
+def root_trial_number(trial: optuna.Trial) -> int:
+    """The number of the first trial in a chain of retries (whose run folder the retries continue)."""
+    history = retry_history(trial)
+    return history[0] if history else trial.number
+
+
+def inherited_steps(trial: optuna.Trial, root: int) -> set[int]:
+    """Steps already reported by the trials this one retries (their values were inherited)."""
+    if root == trial.number:
+        return set()
+    retried = set(retry_history(trial))
+    steps: set[int] = set()
+    for frozen in trial.study.get_trials(deepcopy=False):
+        if frozen.number in retried:
+            steps |= set(frozen.intermediate_values)
+    return steps
+
+
+def config_for_trial(config: Config, study_name: str, number: int) -> Config:
+    """The trial's config: W&B runs (when enabled) grouped by study and named after the trial."""
+    wandb = config.train.wandb
+    if not wandb.enabled:
+        return config
+    return config_with_values(
+        config,
+        {
+            "train.wandb.group": wandb.group or study_name,
+            "train.wandb.name": wandb.name or f"{study_name}-trial-{number:04d}",
+        },
+    )
+
+
+@contextmanager
+def optuna_warnings_quiet() -> Iterator[None]:
+    """Optuna marks heartbeats, retries and the matplotlib plots as experimental; that is not news here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
