@@ -232,7 +232,10 @@ def run_twophase_train(args: argparse.Namespace) -> int:
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML preset (see configs/)")
     parser.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. system.dt=0.005"
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="dotted overrides, e.g. system.dt=0.005 (train: stage=all trains the staged latent stack)",
     )
 
 
@@ -350,6 +353,9 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.profile < 0:
         raise ConfigError(f"--profile takes a number of steps >= 0, got {args.profile}")
+    stage = [item for item in args.overrides if item.startswith("stage=")]
+    if stage:
+        return run_train_stages(args, stage[-1].split("=", 1)[1])
     config = load_config(args.config, args.overrides)
     if args.resume_from_artifact:
         from dynaforge.train.log import start_from_artifact
@@ -368,6 +374,20 @@ def run_train(args: argparse.Namespace) -> int:
     print(f"{summary.run}: {summary.epochs} epochs, best validation loss {summary.best_val_loss:.4e}")
     if args.profile:
         print(f"profile: {summary.run / 'profile'}")
+    return 0
+
+
+def run_train_stages(args: argparse.Namespace, stage: str) -> int:
+    """`dynaforge train CONFIG stage=all|NAME`: the staged latent stack (dynaforge.train.stages)."""
+    from dynaforge.train.stages import run_stages
+
+    overrides = [item for item in args.overrides if not item.startswith("stage=")]
+    config = load_config(args.config, overrides)
+    status = run_stages(config, args.data, args.out, stage, progress=False if args.no_progress else None)
+    for name, record in status["stages"].items():
+        print(
+            f"{args.out}/{name}: {record['status']}, best validation metric {record.get('best_val', float('nan')):.4e}"
+        )
     return 0
 
 

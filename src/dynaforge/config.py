@@ -708,9 +708,91 @@ class UNetConfig(ModelConfig):
             raise ConfigError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
 
 
+@dataclass
+class LatentConfig(ModelConfig):
+    """Latent operator: grid -> tokens (conv stem, patches, Fourier position features) -> pre-norm
+    transformer blocks conditioned on dt and the system parameters (adaptive layer norm) -> grid.
+    See `dynaforge.models.latent`."""
+
+    name: str = "latent"
+    width: int = 64
+    """Token (embedding) dimension."""
+    stem: int = 32
+    """Channels of the convolutional stem that precedes patching."""
+    patch: int = 4
+    """Grid points per token along every axis (the grid size must be a multiple of it)."""
+    depth: int = 4
+    """Transformer blocks."""
+    heads: int = 4
+    """Attention heads (must divide `width`)."""
+    mlp_ratio: int = 2
+    """Hidden width of each block's MLP, in multiples of `width`."""
+    attention: Literal["standard", "channel", "alternate"] = "alternate"
+    """Token mixing: `standard` attention over tokens, `channel`-separated (cross-covariance) attention
+    over feature channels, or `alternate` (standard, channel, standard, ...)."""
+    merge_levels: int = 0
+    """U-shaped token merging: halve the tokens per axis this many times on the way down (and restore
+    them, with skip connections, on the way up); 0 keeps one resolution."""
+    position_features: int = 8
+    """Fourier frequencies per axis of the position features added to the tokens."""
+    parameters: int = 0
+    """System parameters the update is conditioned on (the stages fill it in from the dataset)."""
+    dt: float = 1.0
+    """Model time step assumed when a call gives none (the stages fill it in from the dataset)."""
+
+    def __post_init__(self) -> None:
+        for name in ("width", "stem", "patch", "depth", "heads", "mlp_ratio", "position_features"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.width % self.heads:
+            raise ConfigError(f"heads={self.heads} must divide width={self.width}")
+        if self.merge_levels < 0 or self.parameters < 0:
+            raise ConfigError("merge_levels and parameters must be >= 0")
+        if self.merge_levels * 2 > self.depth:
+            raise ConfigError(
+                f"merge_levels={self.merge_levels} needs depth >= {2 * self.merge_levels} (one block per "
+                "level on the way down and one on the way up)"
+            )
+        if self.dt <= 0:
+            raise ConfigError(f"dt must be > 0, got {self.dt}")
+
+
+@dataclass
+class FlowNetConfig(ModelConfig):
+    """Velocity field of a conditional flow-matching model on the grid: circular convolutions, modulated by
+    the flow time and the system parameters. See `dynaforge.models.flow`."""
+
+    name: str = "flow"
+    residual: bool = False
+    width: int = 32
+    """Hidden channels."""
+    layers: int = 4
+    """Residual convolution blocks."""
+    kernel_size: int = 5
+    """Odd width of every convolution kernel."""
+    condition_frames: int = 2
+    """Frames given beside the noisy state (residual corrector: the operator's prediction and the last input
+    frame; steady prior: 0)."""
+    parameters: int = 0
+    """System parameters conditioned on (the stages fill it in from the dataset)."""
+    scale: float = 1.0
+    """Physical scale of the generated field in normalised units (the stages fill it in: the residual's
+    standard deviation), so that the flow runs on unit-variance targets."""
+
+    def __post_init__(self) -> None:
+        if self.width < 1 or self.layers < 1 or self.condition_frames < 0 or self.parameters < 0:
+            raise ConfigError("width and layers must be >= 1; condition_frames and parameters >= 0")
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise ConfigError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
+        if self.scale <= 0:
+            raise ConfigError(f"scale must be > 0, got {self.scale}")
+
+
 MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
     "fno": FNOConfig,
     "unet": UNetConfig,
+    "latent": LatentConfig,
+    "flow": FlowNetConfig,
 }
 
 
@@ -1140,6 +1222,121 @@ class TimestepperConfig:
 
 
 # --------------------------------------------------------------------------------------------------
+# Staged latent stack: operator, residual corrector, distilled corrector, steady prior
+
+
+@dataclass
+class OperatorStageConfig:
+    """Stage `operator`: the model of the `model` section, trained on one-step + unrolled + spectral losses."""
+
+    epochs: int = 10
+    """Passes over the training windows."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    rollout_steps: int = 3
+    """Model calls unrolled per window (the first is the one-step loss, the rest the rollout loss)."""
+    rollout_weight: float = 0.5
+    """Weight of the unrolled frames' loss (after the first call)."""
+    spectral_weight: float = 0.1
+    """Weight of the log energy-spectrum loss (computed in fp32, autocast off)."""
+    val_rollout: int = 10
+    """Model calls of the validation rollout whose nRMSE chooses the best checkpoint."""
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.rollout_steps < 1 or self.val_rollout < 1 or self.lr <= 0:
+            raise ConfigError("epochs, rollout_steps and val_rollout must be >= 1 and lr > 0")
+        if self.rollout_weight < 0 or self.spectral_weight < 0:
+            raise ConfigError("rollout_weight and spectral_weight must be >= 0")
+
+
+@dataclass
+class CorrectorStageConfig:
+    """Stage `diffusion_residual`: conditional flow matching of truth - operator prediction."""
+
+    epochs: int = 10
+    """Passes over the training windows."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    model: FlowNetConfig = field(default_factory=FlowNetConfig)
+    """The velocity network (condition_frames is set to 2: the prediction and the last input frame)."""
+    sampler_steps: int = 8
+    """S: integration steps of the sampler from noise (t = 0) to a residual (t = 1)."""
+    sampler: Literal["euler", "heun"] = "euler"
+    """Integrator of the sampler (first or second order)."""
+    val_samples: int = 2
+    """Samples per validation window for the energy score that chooses the best checkpoint (>= 2)."""
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.sampler_steps < 1 or self.lr <= 0:
+            raise ConfigError("epochs and sampler_steps must be >= 1 and lr > 0")
+        if self.val_samples < 2:
+            raise ConfigError(
+                f"val_samples must be >= 2 (the energy score needs pairs), got {self.val_samples}"
+            )
+
+
+@dataclass
+class DistillStageConfig:
+    """Stage `consistency_distill`: a student that reproduces the S-step sampler in 1 or 2 steps."""
+
+    epochs: int = 10
+    """Passes over the training windows."""
+    lr: float = 5e-4
+    """Peak learning rate."""
+    student_steps: int = 1
+    """Sampler steps of the student (1 or 2)."""
+
+    def __post_init__(self) -> None:
+        if self.student_steps not in (1, 2):
+            raise ConfigError(f"student_steps must be 1 or 2, got {self.student_steps}")
+        if self.epochs < 1 or self.lr <= 0:
+            raise ConfigError("epochs must be >= 1 and lr > 0")
+
+
+@dataclass
+class SteadyStageConfig:
+    """Stage `steady_prior`: a conditional flow-matching model of long-time states given the parameters."""
+
+    epochs: int = 10
+    """Passes over the long-time states."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    model: FlowNetConfig = field(default_factory=lambda: FlowNetConfig(condition_frames=0))
+    """The velocity network (condition_frames is set to 0)."""
+    last_frames: int = 10
+    """Frames at the end of each trajectory taken as long-time states."""
+    sampler_steps: int = 16
+    """Integration steps of the sampler."""
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.last_frames < 1 or self.sampler_steps < 1 or self.lr <= 0:
+            raise ConfigError("epochs, last_frames and sampler_steps must be >= 1 and lr > 0")
+
+
+@dataclass
+class StagesConfig:
+    """`dynaforge train CONFIG --data DIR --out RUN stage=all`: the stages in order, each reading the
+    checkpoint the one before wrote (RUN/<stage>/checkpoints/best.pt); RUN/stages.json records progress."""
+
+    operator: OperatorStageConfig = field(default_factory=OperatorStageConfig)
+    """The latent operator."""
+    diffusion_residual: CorrectorStageConfig = field(default_factory=CorrectorStageConfig)
+    """The generative residual corrector."""
+    consistency_distill: DistillStageConfig = field(default_factory=DistillStageConfig)
+    """The few-step student of the corrector."""
+    steady_prior: SteadyStageConfig = field(default_factory=SteadyStageConfig)
+    """The prior of long-time states."""
+    val_windows: int = 256
+    """At most this many validation windows are scored per epoch (evenly spaced)."""
+    seed: int = 0
+    """Seed of the noise of validation samples (the same noise every epoch)."""
+
+    def __post_init__(self) -> None:
+        if self.val_windows < 1:
+            raise ConfigError(f"val_windows must be >= 1, got {self.val_windows}")
+
+
+# --------------------------------------------------------------------------------------------------
 # Hyper-parameter tuning (dynaforge tune)
 
 
@@ -1392,6 +1589,8 @@ class Config:
     """Rollouts, metrics and the report on the test split."""
     timestepper: TimestepperConfig = field(default_factory=TimestepperConfig)
     """The learned N-body step controller and its training."""
+    stages: StagesConfig = field(default_factory=StagesConfig)
+    """The staged latent stack (`dynaforge train ... stage=all`)."""
     tune: TuneConfig = field(default_factory=TuneConfig)
     """The hyper-parameter search of `dynaforge tune` (ignored by the other verbs)."""
     twophase: TwoPhaseConfig = field(default_factory=TwoPhaseConfig)

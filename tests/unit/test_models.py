@@ -28,7 +28,7 @@ def make(name: str, shape: ModelShape, residual: bool = True) -> torch.nn.Module
 
 
 def test_registry_covers_every_model_config() -> None:
-    assert set(MODELS) == {"fno", "unet"}
+    assert set(MODELS) == {"fno", "unet", "latent", "flow"}
     with pytest.raises(TypeError, match="FNOConfig"):
         build_model(UNetConfig(name="fno"), ModelShape(1, 1, 1))
 

@@ -36,7 +36,10 @@ def test_new_config_sections_round_trip_and_dispatch_models() -> None:
     ("override", "message"),
     [
         ("model.widht=3", "unknown config key 'model.widht'. Did you mean 'model.width'"),
-        ("model.name=transformer", "unknown model model.name='transformer'; valid models: fno, unet"),
+        (
+            "model.name=transformer",
+            "unknown model model.name='transformer'; valid models: flow, fno, latent, unet",
+        ),
         ("train.lr=0", "'train': lr must be > 0"),
         ("data.stride=0", "'data': stride must be >= 1"),
         ("train.loss=l1", "train.loss='l1' is not valid; choose one of: mse, relative_l2"),

@@ -9,12 +9,16 @@ from torch import nn
 
 from dynaforge.config import MODEL_CONFIGS, ModelConfig, config_from_dict
 from dynaforge.models.base import ModelShape
+from dynaforge.models.flow import FlowNet
 from dynaforge.models.fno import FNO
+from dynaforge.models.latent import LatentOperator
 from dynaforge.models.unet import UNet
 
 MODELS: dict[str, type[nn.Module]] = {
     "fno": FNO,
     "unet": UNet,
+    "latent": LatentOperator,
+    "flow": FlowNet,
 }
 
 

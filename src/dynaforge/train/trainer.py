@@ -18,6 +18,11 @@ What one optimiser step does (`train` config section):
 Host syncs: losses and gradient norms stay on the device and are read once per logging window
 (`log_every` steps) and once per epoch; the step path has none.
 
+Other training stages (`dynaforge.train.stages`) reuse this loop through a `TrainTask`: it supplies the
+split datasets (batches of any NamedTuple of tensors whose first two fields are inputs and targets), the
+loss of a batch and the validation metric that chooses the best checkpoint; the model is still
+`config.model`, built from the registry.
+
 Checkpoints (`dynaforge.train.checkpoint`) hold everything needed to continue exactly: `resume=True`
 (`dynaforge train ... --resume`) picks up from `checkpoints/last.pt`, in the middle of an epoch if
 `checkpoint_every` wrote it there. With `deterministic` a resumed run ends with the same weights, bit for
@@ -35,13 +40,13 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
-from torch.utils.data import default_collate
+from torch.utils.data import Dataset, default_collate
 from tqdm import tqdm  # not tqdm.auto: its asyncio variant calls iter(loader) on construction
 
 import dynaforge
@@ -102,12 +107,29 @@ class TrainSummary(NamedTuple):
     skipped_steps: int = 0
 
 
+@runtime_checkable
+class TrainTask(Protocol):
+    """What the loop needs to train something other than a surrogate on plain windows (see the module
+    docstring). Losses it returns are scalars in fp32; `validate` runs under eval mode and inference mode
+    (and the run's autocast) and returns the metric to minimise, computed on the whole validation set by
+    every process; `checkpoint_extras` adds plain data to every checkpoint."""
+
+    def dataset(self, folder: DatasetFolder, split: str) -> Dataset: ...
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor: ...
+
+    def validate(self, model: nn.Module) -> float: ...
+
+    def checkpoint_extras(self) -> dict[str, Any]: ...
+
+
 class Trainer:
     """Trains `config.model` on the windows of dataset folder `data`, writing run folder `out`.
 
     `resume`: continue the run in `out` from its last checkpoint (a run of the same config), or start one
     there if it has no checkpoint yet. `overwrite`: replace whatever `out` holds. `profile_steps`: profile
-    that many optimiser steps into `out/profile/`.
+    that many optimiser steps into `out/profile/`. `task`: train by a `TrainTask`'s data, loss and
+    validation metric instead of the surrogate defaults.
     """
 
     def __init__(
@@ -119,8 +141,10 @@ class Trainer:
         overwrite: bool = False,
         resume: bool = False,
         profile_steps: int = 0,
+        task: TrainTask | None = None,
     ) -> None:
         self.config = config
+        self.task = task
         train = config.train
         self.run = run_folder(out)
         self.resume_from = self.checkpoint_to_resume(resume, overwrite)
@@ -196,12 +220,14 @@ class Trainer:
         self.step_samples = 0
         self.compiled = False
 
-    def windows(self, dataset: DatasetFolder, split: str) -> WindowDataset:
+    def windows(self, dataset: DatasetFolder, split: str) -> WindowDataset | Dataset:
         data = self.config.data
         if dataset.split_size(split) == 0:
             raise RunError(
                 f"the {split} split of {dataset.root} is empty; generate it with dataset.n_{split} > 0"
             )
+        if self.task is not None:
+            return self.task.dataset(dataset, split)
         return WindowDataset(
             dataset.read_split(split).fields,
             self.normalizer,
@@ -218,11 +244,11 @@ class Trainer:
             self.begin()
             for epoch in range(self.epoch, self.config.train.epochs):
                 epoch_started = time.perf_counter()
-                for inputs, targets in self.epoch_batches(epoch):
+                for batch in self.epoch_batches(epoch):
                     if self.graph is not None:
-                        self.graph.run(inputs, targets)  # `captured_step`, replayed as a CUDA graph
+                        self.graph.run(*batch)  # `captured_step`, replayed as a CUDA graph
                     else:
-                        loss = self.forward_loss(inputs, targets)
+                        loss = self.forward_loss(*batch)
                         self.backward(loss)
                         if self.accumulating():
                             continue
@@ -248,9 +274,9 @@ class Trainer:
             skipped_steps=self.skipped_steps,
         )
 
-    def captured_step(self, inputs: Tensor, targets: Tensor) -> None:
+    def captured_step(self, inputs: Tensor, targets: Tensor, *extra: Tensor) -> None:
         """The step of `fit` for CUDA-graph capture (no accumulation; gradients stay allocated)."""
-        loss = self.forward_loss(inputs, targets)
+        loss = self.forward_loss(inputs, targets, *extra)
         self.backward(loss)
         grad_norm = self.clip_gradients()
         self.optimizer_step(grad_norm, free_gradients=False)
@@ -258,7 +284,7 @@ class Trainer:
 
     # ---- the steps of the loop --------------------------------------------------------------------
 
-    def epoch_batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
+    def epoch_batches(self, epoch: int) -> Iterator[tuple[Tensor, ...]]:
         """This process's micro-batches of `epoch`, on the device, from where training stands."""
         self.model.train()
         self.train_sampler.start(epoch, skip=self.batches_done * self.config.data.batch_size)
@@ -274,16 +300,14 @@ class Trainer:
         self.meter.restart_clock()
         for batch in self.bar:
             self.batches_done += 1
-            self.step_samples += batch.inputs.shape[0]
+            self.step_samples += batch[0].shape[0]
             yield self.batch_to_device(batch)
         self.bar.close()
 
-    def batch_to_device(self, batch: Window) -> tuple[Tensor, Tensor]:
+    def batch_to_device(self, batch: Window | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """Every tensor of the batch (inputs, targets, and whatever a task's batches add) on the device."""
         non_blocking = self.device.type == "cuda"  # the loader pins host batches on CUDA
-        return (
-            batch.inputs.to(self.device, non_blocking=non_blocking),
-            batch.targets.to(self.device, non_blocking=non_blocking),
-        )
+        return tuple(t.to(self.device, non_blocking=non_blocking) for t in batch)
 
     def accumulating(self) -> bool:
         """True while the current micro-batch is not the last of its accumulation group."""
@@ -297,8 +321,12 @@ class Trainer:
         start = (self.batches_done - 1) // accumulate * accumulate
         return min(accumulate, self.micro_batches - start)
 
-    def forward_loss(self, inputs: Tensor, targets: Tensor) -> Tensor:
-        """Loss of the model unrolled `rollout_steps` times from `inputs` against all `targets` frames."""
+    def forward_loss(self, inputs: Tensor, targets: Tensor, *extra: Tensor) -> Tensor:
+        """Loss of the model unrolled `rollout_steps` times from `inputs` against all `targets` frames
+        (or the task's loss of the batch)."""
+        if self.task is not None:
+            with self.precision.autocast(cache=self.graph is None), self.gradient_sync():
+                return self.task.loss(self.step_model, (inputs, targets, *extra))
         with self.precision.autocast(cache=self.graph is None), self.gradient_sync():
             predicted = autoregressive_rollout(
                 self.step_model, ModelInput(frames=inputs), self.config.train.rollout_steps
@@ -365,6 +393,9 @@ class Trainer:
         """Mean loss over the validation windows, unrolled as in training (with the EMA weights if asked)."""
         model = self.evaluation_model()
         model.eval()
+        if self.task is not None:
+            with torch.inference_mode(), self.precision.autocast():
+                return self.checked_validation(self.task.validate(model))
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         count = 0
         with torch.inference_mode(), self.precision.autocast():
@@ -377,7 +408,9 @@ class Trainer:
                 count += inputs.shape[0]
         sums = torch.stack([total, torch.tensor(float(count), dtype=torch.float64, device=self.device)])
         loss_sum, count = sum_across_ranks(sums, self.cluster).tolist()
-        value = loss_sum / max(count, 1.0)
+        return self.checked_validation(loss_sum / max(count, 1.0))
+
+    def checked_validation(self, value: float) -> float:
         if not math.isfinite(value):
             raise TrainingDiverged(
                 f"validation loss is {value} after step {self.step}: training diverged; lower train.lr, set "
@@ -444,6 +477,8 @@ class Trainer:
             reasons.append(f"training runs on {self.device.type}")
         if train.accumulate > 1:
             reasons.append("train.accumulate > 1")
+        if self.task is not None:
+            reasons.append("training by a task")
         if self.cluster.distributed:
             reasons.append("training runs in several processes")
         if train.precision == "fp16":
@@ -490,8 +525,12 @@ class Trainer:
         barrier(self.cluster)
         if self.epoch == self.config.train.epochs:
             return  # a finished run: nothing to compile, log or profile
-        if self.config.train.compile.enabled:
+        if self.config.train.compile.enabled and self.task is None:
             self.compile_with_fallback()
+        elif self.config.train.compile.enabled:
+            log.info(
+                "torch.compile is off when training by a task (its loss is not the rollout the trial checks)"
+            )
         if self.cluster.main and self.config.train.wandb.enabled:
             self.wandb = WandbLogger(self.config.train.wandb, self.run.root, config_to_dict(self.config))
         if self.cluster.main and self.profile_steps > 0:
@@ -752,6 +791,8 @@ class Trainer:
             "data": str(self.data_root),
             "world_size": self.cluster.world_size,
         }
+        if self.task is not None:
+            state.update(self.task.checkpoint_extras())
         if self.ema is not None:
             state["ema"] = self.ema.state_dict()
             if self.config.train.ema.evaluate:

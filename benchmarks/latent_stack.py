@@ -1,0 +1,448 @@
+"""The staged latent stack on chaotic 1D Kuramoto-Sivashinsky: does the corrector help, does the distilled
+corrector keep the help at a fraction of the cost, does the ensemble spread track the error, and how does
+the stack compare with the quickstart FNO trained for the same wall time?
+
+Data (dynaforge's generator, configs/ks1d.yaml): u_t + u u_x + u_xx + u_xxxx = 0 on [0, 100), N = 200,
+ETDRK4 with dt = 0.1, 1500 steps saved every 5th (301 frames, t in [0, 150]); smooth Fourier initial
+fields (wavenumbers <= 10, max |u0| = 1). The transient ends by t ~ 20. Models step every 2nd stored frame
+(model dt = 1.0) from 2 input frames.
+
+Trained here, in the same process, on the same train split:
+- the stack: `dynaforge train ... stage=all` (dynaforge.train.stages): latent operator (width 64, patch 4,
+  4 blocks alternating token and channel attention, one U-merge level), residual corrector (flow matching,
+  S = 8 Euler steps), its 1-step distilled student, and the steady-state prior (trained, not scored here);
+- the quickstart FNO (configs/quickstart.yaml's model and optimiser: width 32, 16 modes, 4 layers, lr 3e-3,
+  cosine schedule, one-step MSE) with the shared trainer, for as many epochs as fit in the wall time the
+  stack's operator + corrector + distillation stages took (one timing epoch first, not counted).
+
+Scored on the test split, in physical units, from the true frames at t = 30 (stored frames 60 and 62),
+rolled out 100 model steps (100 time units, several Lyapunov times):
+- rollout nRMSE (dynaforge.evaluate.metrics.nrmse_per_frame), averaged over steps 1-20 and 1-100;
+- long-horizon energy-spectrum error: mean over shells k >= 1 whose true energy exceeds 1e-6 of the peak of
+  |log10 E_pred(k) - log10 E_true(k)|, with E (dynaforge.evaluate.spectral.energy_spectrum) averaged over
+  the test trajectories and steps 51-100 (statistics of the attractor, not pointwise agreement);
+- cost: wall time per rollout step (batch of all test trajectories, one thread);
+- ensembles of 8 corrected rollouts: the Pearson correlation between the members' spread and the error of
+  their mean over (trajectory, step), for steps 1-40 (before the error saturates) and all steps.
+The corrector runs every step (k = 1); k = 4 is reported in the notes. Each corrector is scored with one
+draw of the residual per correction (a sample) and with the mean of 4 draws (an estimate of the residual's
+conditional mean: less spread, lower expected error). The distilled student's share of the S-step
+corrector's improvement is reported for both, with the cost of each per rollout step.
+
+Sizes (full): 16 train / 8 val / 16 test trajectories; operator 4 epochs (lr 3e-3, 2 unrolled calls, spectral
+weight 0.1), corrector 2 epochs, distillation 1 epoch, steady prior 3 epochs; about 10 minutes on one core.
+
+Run: `.venv/bin/python benchmarks/latent_stack.py [--quick] [--work DIR]` (`--work` keeps the data, the
+stack and the FNO; a rerun with the same folder only rescores). Writes benchmarks/results/latent_stack.json
+(ratio > 1: the first-named method is better; --quick writes nothing unless --out is given). Timings on a
+shared machine are provisional.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dynaforge.atomic import atomic_write_json
+from dynaforge.config import Config, load_config
+from dynaforge.data.windows import fields_to_channels_first
+from dynaforge.evaluate.latent_stack import (
+    Corrector,
+    LatentStack,
+    ensemble_rollout,
+    load_stack,
+    predictor_corrector_rollout,
+    spread_error_correlation,
+)
+from dynaforge.evaluate.metrics import nrmse_per_frame
+from dynaforge.evaluate.rollout import predict_physical
+from dynaforge.evaluate.spectral import energy_spectrum
+from dynaforge.models.latent import Conditions
+from dynaforge.models.registry import model_from_checkpoint
+from dynaforge.store import DatasetFolder, generate
+from dynaforge.train.checkpoint import load_checkpoint
+from dynaforge.train.stages import run_stages
+from dynaforge.train.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "latent_stack.json"
+START_FRAME = 60
+"""Stored frame where the test rollouts' input frames begin (t = 30, past the transient)."""
+SPECTRUM_RANGE = 1e-6
+"""Shells whose true energy is below this fraction of the peak are left out of the spectrum error."""
+
+SIZES = {
+    # name: (n_train, n_test, operator epochs, corrector epochs, distill epochs, steady epochs, rollout steps,
+    #        ensemble members)
+    "full": (16, 16, 4, 2, 1, 3, 100, 8),
+    "quick": (6, 4, 1, 1, 1, 1, 30, 3),
+}
+
+
+def stack_config(quick: bool) -> Config:
+    n_train, n_test, op, corr, dist, steady, _, _ = SIZES["quick" if quick else "full"]
+    return load_config(
+        ROOT / "configs" / "ks1d.yaml",
+        [
+            "system.steps=1500",
+            f"dataset.n_train={n_train}",
+            "dataset.n_val=8",
+            f"dataset.n_test={n_test}",
+            "dataset.shard_size=64",
+            "dataset.batch_size=64",
+            "data.history=2",
+            "data.horizon=1",
+            "data.stride=2",
+            "data.batch_size=32",
+            "model.name=latent",
+            "model.width=64",
+            "model.stem=32",
+            "model.patch=4",
+            "model.depth=4",
+            "model.heads=4",
+            "model.merge_levels=1",
+            "train.optimizer.name=adamw",
+            "train.schedule.name=cosine",
+            "train.schedule.warmup_fraction=0.03",
+            "train.grad_clip=1.0",
+            "train.log_every=50",
+            "train.device=cpu",
+            "stages.val_windows=128",
+            f"stages.operator.epochs={op}",
+            "stages.operator.lr=0.003",
+            "stages.operator.rollout_steps=2",
+            "stages.operator.val_rollout=20",
+            f"stages.diffusion_residual.epochs={corr}",
+            "stages.diffusion_residual.lr=0.002",
+            "stages.diffusion_residual.sampler_steps=8",
+            f"stages.consistency_distill.epochs={dist}",
+            "stages.consistency_distill.lr=0.0005",
+            "stages.consistency_distill.student_steps=1",
+            f"stages.steady_prior.epochs={steady}",
+            "stages.steady_prior.last_frames=50",
+        ],
+    )
+
+
+def fno_config(base: Config, epochs: int) -> Config:
+    """The quickstart's model and optimiser settings on the benchmark's data and windows."""
+    quickstart = load_config(ROOT / "configs" / "quickstart.yaml")
+    q = quickstart.train
+    train = dataclasses.replace(
+        base.train,
+        epochs=epochs,
+        lr=q.lr,
+        weight_decay=q.weight_decay,
+        optimizer=q.optimizer,
+        schedule=q.schedule,
+        grad_clip=q.grad_clip,
+        loss=q.loss,
+        rollout_steps=1,
+    )
+    return dataclasses.replace(base, model=quickstart.model, train=train)
+
+
+def train_fno_for(base: Config, data: Path, work: Path, seconds: float) -> tuple[Any, int, float]:
+    """The quickstart FNO trained for about `seconds`: one epoch timed, then a fresh run of that many epochs
+    (a finished run already in `work` is reused: `--work` reruns only the scoring)."""
+    done = work / "fno" / "checkpoints" / "last.pt"
+    if done.exists() and load_checkpoint(done)["complete"]:
+        state = load_checkpoint(work / "fno" / "checkpoints" / "best.pt")
+        lines = [json.loads(line) for line in (work / "fno" / "metrics.jsonl").read_text().splitlines()]
+        took = sum(r["epoch_time"] for r in lines if r.get("kind") == "epoch")
+        return model_from_checkpoint(state).eval(), int(state["config"]["train"]["epochs"]), took
+    probe = Trainer(fno_config(base, 1), data, work / "fno-probe", progress=False)
+    started = time.perf_counter()
+    probe.fit()
+    epoch_seconds = time.perf_counter() - started
+    epochs = max(1, round(seconds / epoch_seconds))
+    started = time.perf_counter()
+    Trainer(fno_config(base, epochs), data, work / "fno", progress=False).fit()
+    took = time.perf_counter() - started
+    model = model_from_checkpoint(load_checkpoint(work / "fno" / "checkpoints" / "best.pt")).eval()
+    return model, epochs, took
+
+
+def test_inputs(data: Path, stride: int, steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Physical (N, 2, C, X) input frames from START_FRAME, the true next `steps` frames, the parameters."""
+    split = DatasetFolder(data).read_split("test")
+    frames = fields_to_channels_first(split.fields)[:, START_FRAME::stride]
+    return frames[:, :2], frames[:, 2 : 2 + steps], torch.as_tensor(split.params)
+
+
+def stack_rollout(
+    stack: LatentStack,
+    corrector: Corrector | None,
+    inputs: torch.Tensor,
+    params: torch.Tensor,
+    steps: int,
+    every: int = 1,
+    seed: int = 0,
+) -> torch.Tensor:
+    """A (corrected) rollout in physical units."""
+    conditions = Conditions(
+        dt=torch.full((inputs.shape[0],), stack.dt, dtype=torch.float32),
+        params=stack.parameters.normalize(params),
+    )
+    normalized = stack.normalizer.physical_to_normalized(inputs, 1)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.inference_mode():
+        predicted = predictor_corrector_rollout(
+            stack.operator, corrector, normalized, conditions, steps, every, generator=generator
+        )
+    return stack.normalizer.normalized_to_physical(predicted, 1)
+
+
+def spectrum_error(predicted: torch.Tensor, truth: torch.Tensor) -> float:
+    """Mean |log10 E_pred - log10 E_true| over energetic shells k >= 1 (see the module docstring)."""
+    half = predicted.shape[1] // 2
+    e_pred = energy_spectrum(predicted[:, half:]).mean(dim=(0, 1, 2))
+    e_true = energy_spectrum(truth[:, half:]).mean(dim=(0, 1, 2))
+    keep = e_true > SPECTRUM_RANGE * e_true.max()
+    keep[0] = False
+    return float((torch.log10(e_pred[keep] + 1e-30) - torch.log10(e_true[keep])).abs().mean())
+
+
+def scores(predicted: torch.Tensor, truth: torch.Tensor) -> dict[str, float]:
+    curve = nrmse_per_frame(predicted, truth)
+    return {
+        "nrmse_20": float(curve[:20].mean()),
+        "nrmse_all": float(curve.mean()),
+        "spectrum": spectrum_error(predicted, truth),
+    }
+
+
+def seconds_per_step(run: Any, steps: int) -> float:
+    started = time.perf_counter()
+    run()
+    return (time.perf_counter() - started) / steps
+
+
+def record(
+    case: str,
+    baseline: str,
+    metric: str,
+    ours: float | None,
+    theirs: float | None,
+    lower_is_better: bool,
+    notes: str,
+) -> dict[str, Any]:
+    ratio = None
+    if ours is not None and theirs is not None and ours > 0 and theirs > 0:
+        ratio = theirs / ours if lower_is_better else ours / theirs
+    return {
+        "case": case,
+        "baseline": baseline,
+        "metric": metric,
+        "dynaforge": ours,
+        "baseline_value": theirs,
+        "ratio": ratio,
+        "notes": notes,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes, not a figure")
+    parser.add_argument("--work", default=None, help="work folder (default: a temporary one)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--out", default=str(RESULTS), help="results JSON")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(args.work) if args.work else Path(scratch)
+        results = run(work, args.quick)
+    if not args.quick or args.out != str(RESULTS):
+        atomic_write_json(args.out, results)
+    print(json.dumps(results, indent=1))
+
+
+def run(work: Path, quick: bool) -> list[dict[str, Any]]:
+    *_, steps, members = SIZES["quick" if quick else "full"]
+    config = stack_config(quick)
+    data, stack_root = work / "data", work / "stack"
+    started = time.perf_counter()
+    generate(config, data, progress=False)
+    generation = time.perf_counter() - started
+    status = run_stages(config, data, stack_root, progress=False)["stages"]
+    stack_seconds = sum(
+        status[name]["seconds"] for name in ("operator", "diffusion_residual", "consistency_distill")
+    )
+    fno, fno_epochs, fno_seconds = train_fno_for(config, data, work, stack_seconds)
+    stack = load_stack(stack_root)
+    assert stack.corrector is not None and stack.student is not None
+    inputs, truth, params = test_inputs(data, config.data.stride, steps)
+    steps = truth.shape[1]
+
+    predictions: dict[str, torch.Tensor] = {}
+    cost: dict[str, float] = {}
+    variants = {
+        "operator": None,
+        "corrector": stack.corrector,
+        "student": stack.student,
+        "corrector-mean4": dataclasses.replace(stack.corrector, draws=4),
+        "student-mean4": dataclasses.replace(stack.student, draws=4),
+    }
+    for name, corrector in variants.items():
+        cost[name] = seconds_per_step(
+            lambda c=corrector, n=name: predictions.__setitem__(
+                n, stack_rollout(stack, c, inputs, params, steps)
+            ),
+            steps,
+        )
+    every4 = {
+        name: stack_rollout(stack, variants[name], inputs, params, steps, every=4)
+        for name in ("corrector", "student")
+    }
+    normalizer = stack.normalizer
+    with torch.inference_mode():
+        fno.eval()
+        cost["fno"] = seconds_per_step(
+            lambda: predictions.__setitem__("fno", predict_physical(fno, normalizer, inputs, steps, 1)), steps
+        )
+    score = {name: scores(p, truth) for name, p in predictions.items()}
+    score4 = {name: scores(p, truth) for name, p in every4.items()}
+
+    conditions = Conditions(
+        dt=torch.full((inputs.shape[0],), stack.dt, dtype=torch.float32),
+        params=stack.parameters.normalize(params),
+    )
+    spread: dict[str, tuple[float, float, dict[str, float]]] = {}
+    for name in ("corrector", "student"):
+        with torch.inference_mode():
+            ensemble = ensemble_rollout(
+                stack.operator,
+                variants[name],  # type: ignore[arg-type]
+                normalizer.physical_to_normalized(inputs, 1),
+                conditions,
+                steps,
+                members=members,
+            )
+        mean = normalizer.normalized_to_physical(ensemble.mean, 1)
+        spread_physical = ensemble.spread * torch.tensor(normalizer.std, dtype=torch.float32).view(
+            1, 1, -1, 1
+        )
+        early = min(40, steps)
+        spread[name] = (
+            spread_error_correlation(spread_physical[:, :early], mean[:, :early], truth[:, :early]),
+            spread_error_correlation(spread_physical, mean, truth),
+            scores(mean, truth),
+        )
+    return build_records(
+        config,
+        score,
+        score4,
+        cost,
+        spread,
+        steps,
+        members,
+        quick,
+        generation,
+        status,
+        fno_epochs,
+        fno_seconds,
+    )
+
+
+def build_records(
+    config: Config,
+    score: dict[str, dict[str, float]],
+    score4: dict[str, dict[str, float]],
+    cost: dict[str, float],
+    spread: dict[str, tuple[float, float, dict[str, float]]],
+    steps: int,
+    members: int,
+    quick: bool,
+    generation: float,
+    status: dict[str, Any],
+    fno_epochs: int,
+    fno_seconds: float,
+) -> list[dict[str, Any]]:
+    split = f"{config.dataset.n_train} train / {config.dataset.n_test} test trajectories"
+    case = f"KS 1D L=100 N=200, model dt=1, {steps}-step rollouts from t=30, {split}" + (
+        " (QUICK smoke run)" if quick else ""
+    )
+    env = (
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), Python {platform.python_version()}; "
+        f"stage seconds: "
+        + ", ".join(f"{k} {v['seconds']:.0f}" for k, v in status.items())
+        + f"; FNO {fno_epochs} epochs in {fno_seconds:.0f} s; generation {generation:.0f} s; shared machine: "
+        "timings provisional"
+    )
+
+    def describe(name: str, source: dict[str, dict[str, float]] = score) -> str:
+        s = source[name]
+        return f"{name}: nRMSE 1-20 {s['nrmse_20']:.4f}, 1-{steps} {s['nrmse_all']:.4f}, spectrum {s['spectrum']:.4f}"
+
+    every4 = "; k=4: " + "; ".join(describe(n, score4) for n in score4)
+    all_scores = "; ".join(describe(n) for n in score) + every4
+    records = []
+    labels = {
+        "corrector": "operator + S=8 corrector every step, one draw",
+        "corrector-mean4": "operator + S=8 corrector every step, mean of 4 draws",
+        "student": "operator + 1-step student every step, one draw",
+        "student-mean4": "operator + 1-step student every step, mean of 4 draws",
+    }
+    for variant in ("corrector", "corrector-mean4"):
+        for metric, key in (
+            ("long-horizon log10 energy-spectrum error (steps 51-100)", "spectrum"),
+            ("rollout nRMSE, steps 1-20", "nrmse_20"),
+            (f"rollout nRMSE, steps 1-{steps}", "nrmse_all"),
+        ):
+            records.append(
+                record(case, "latent operator alone", f"{metric} [{labels[variant]}]",
+                       score[variant][key], score["operator"][key], True, f"{all_scores}; {env}")
+            )  # fmt: skip
+    # distillation: share of the S-step corrector's improvement the 1-step student keeps, and its cost
+    for teacher, student in (("corrector", "student"), ("corrector-mean4", "student-mean4")):
+        for key, label in (("spectrum", "spectrum error"), ("nrmse_20", "nRMSE 1-20")):
+            gain = score["operator"][key] - score[teacher][key]
+            kept = (score["operator"][key] - score[student][key]) / gain if gain > 0 else None
+            note = f"improvement of [{labels[teacher]}] over the operator {gain:.4g}; {describe(student)}" + (
+                "" if gain > 0 else "; the S-step corrector does not improve this metric, so nothing is kept"
+            )
+            records.append(
+                record(case, "target: 80% kept",
+                       f"fraction of the {label} improvement of [{labels[teacher]}] kept by [{labels[student]}]",
+                       kept, 0.8, False, f"{note}; {env}")
+            )  # fmt: skip
+    for teacher, student in (("corrector", "student"), ("corrector-mean4", "student-mean4")):
+        records.append(
+            record(case, labels[teacher], f"seconds per rollout step (all test trajectories), {labels[student]}",
+                   cost[student], cost[teacher], True,
+                   f"operator alone {cost['operator']:.4g} s; cost relative to the operator alone: "
+                   + ", ".join(f"{n} {cost[n] / cost['operator']:.2f}x" for n in labels)
+                   + f"; FNO {cost['fno']:.4g} s; {env}")
+        )  # fmt: skip
+    for name in ("corrector", "student"):
+        early, overall, mean_scores = spread[name]
+        records.append(
+            record(case, "none (0 = spread says nothing about the error)",
+                   f"spread-error correlation of {members}-member ensembles ({name}), steps 1-{min(40, steps)}",
+                   early, None, False,
+                   f"Pearson r over (trajectory, step) of the RMS spread and the RMS error of the ensemble mean; all "
+                   f"{steps} steps: r = {overall:.3f}; ensemble mean nRMSE 1-20 {mean_scores['nrmse_20']:.4f}, "
+                   f"1-{steps} {mean_scores['nrmse_all']:.4f}, spectrum {mean_scores['spectrum']:.4f}; {env}")
+        )  # fmt: skip
+    for name, label in [*labels.items(), ("operator", "latent operator alone")]:
+        for metric, key in (
+            ("long-horizon log10 energy-spectrum error", "spectrum"),
+            ("rollout nRMSE, steps 1-20", "nrmse_20"),
+        ):
+            records.append(
+                record(case, f"quickstart FNO, same training wall time ({fno_epochs} epochs)", f"{metric} [{label}]",
+                       score[name][key], score["fno"][key], True, f"{describe('fno')}; {env}")
+            )  # fmt: skip
+    return records
+
+
+if __name__ == "__main__":
+    main()

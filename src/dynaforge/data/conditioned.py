@@ -1,0 +1,121 @@
+"""Windows that carry what a step is conditioned on (system parameters, time step), and long-time states.
+
+Used by the staged latent stack (`dynaforge.train.stages`). Parameters are normalised with the train
+split's mean and standard deviation per parameter (a parameter that does not vary is only shifted, so it
+becomes 0); the model time step is `stride` times the stored frame spacing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from dynaforge.data.normalize import MIN_STD, Normalizer
+from dynaforge.data.windows import WindowDataset, fields_to_channels_first
+
+
+class StageWindow(NamedTuple):
+    """One example of a stage (a batch of them after collation)."""
+
+    inputs: Float[Tensor, "history channels *space"]
+    targets: Float[Tensor, "targets channels *space"]
+    params: Float[Tensor, " parameters"]
+    dt: Float[Tensor, ""]
+
+
+class ParameterNormalizer:
+    """(p - mean) / std per parameter, with the train split's statistics (plain lists)."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        self.mean = [float(m) for m in mean]
+        self.std = [float(s) if s > MIN_STD else 1.0 for s in std]
+
+    @classmethod
+    def from_params(cls, params: np.ndarray) -> ParameterNormalizer:
+        """From a split's (N, P) parameter array."""
+        return cls(params.mean(axis=0).tolist(), params.std(axis=0).tolist())
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ParameterNormalizer:
+        return cls(data["mean"], data["std"])
+
+    def to_dict(self) -> dict[str, list[float]]:
+        return {"mean": list(self.mean), "std": list(self.std)}
+
+    def normalize(self, params: np.ndarray | Tensor) -> Float[Tensor, "samples parameters"]:
+        values = torch.as_tensor(np.asarray(params, dtype=np.float64), dtype=torch.float64)
+        mean = torch.tensor(self.mean, dtype=torch.float64)
+        std = torch.tensor(self.std, dtype=torch.float64)
+        return ((values - mean) / std).to(torch.float32)
+
+
+class ConditionedWindows(Dataset[StageWindow]):
+    """The windows of a `WindowDataset`, each with its trajectory's normalised parameters and the dt."""
+
+    def __init__(
+        self, windows: WindowDataset, params: Float[Tensor, "samples parameters"], dt: float
+    ) -> None:
+        if params.shape[0] != windows.frames.shape[0]:
+            raise ValueError(f"{params.shape[0]} parameter rows for {windows.frames.shape[0]} trajectories")
+        self.windows, self.params = windows, params
+        self.dt = torch.tensor(dt, dtype=torch.float32)
+        self.spatial_dims = windows.spatial_dims
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index: int) -> StageWindow:
+        window = self.windows[index]
+        sample = index // self.windows.windows_per_sample
+        return StageWindow(window.inputs, window.targets, self.params[sample], self.dt)
+
+
+class LongTimeStates(Dataset[StageWindow]):
+    """The last `last_frames` frames of every trajectory, normalised, as (1-frame) inputs and targets."""
+
+    def __init__(
+        self,
+        fields: np.ndarray,
+        normalizer: Normalizer,
+        params: Float[Tensor, "samples parameters"],
+        last_frames: int,
+        dt: float,
+    ) -> None:
+        """`fields`: a split's stored array (N, T, *space, C)."""
+        if last_frames > fields.shape[1]:
+            raise ValueError(
+                f"last_frames={last_frames} is more than the {fields.shape[1]} stored frames per trajectory; "
+                "lower stages.steady_prior.last_frames"
+            )
+        self.spatial_dims = fields.ndim - 3
+        tail = fields_to_channels_first(fields[:, -last_frames:])  # (N, last, C, *space)
+        self.states = normalizer.physical_to_normalized(tail, self.spatial_dims).flatten(0, 1)
+        self.params = params.repeat_interleave(last_frames, dim=0)
+        self.dt = torch.tensor(dt, dtype=torch.float32)
+
+    def __len__(self) -> int:
+        return self.states.shape[0]
+
+    def __getitem__(self, index: int) -> StageWindow:
+        state = self.states[index : index + 1]
+        return StageWindow(state, state, self.params[index], self.dt)
+
+
+def model_time_step(time: np.ndarray, stride: int) -> float:
+    """The time between a model's input and output frames: `stride` stored frame spacings."""
+    if time.shape[0] < 2:
+        raise ValueError("trajectories need at least 2 stored frames to define a time step")
+    return float(time[1] - time[0]) * stride
+
+
+def evenly_spaced(size: int, count: int) -> list[int]:
+    """At most `count` indices spread evenly over range(size)."""
+    if size <= count:
+        return list(range(size))
+    return np.linspace(0, size - 1, count).round().astype(int).tolist()

@@ -1,0 +1,230 @@
+"""Inference with the staged latent stack: predictor-corrector rollouts, ensembles and their spread.
+
+A rollout advances the operator every step (the predictor); every `every` steps, or when a sample's
+energy drifts by more than `drift_threshold` (relative to the last true or corrected frame), the
+corrector adds a residual sampled from its flow model, conditioned on the prediction and the previous
+frame. The corrector is the S-step sampler of stage `diffusion_residual` or the 1-2 step student of
+stage `consistency_distill`: both map the same noise to a residual. An ensemble repeats the rollout with
+independent noise; its spread (standard deviation across members) is the stack's own error estimate.
+
+Everything here works in normalised units (the stages' units); callers denormalise for physical metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from dynaforge.data.conditioned import ParameterNormalizer
+from dynaforge.data.normalize import Normalizer
+from dynaforge.models.base import ModelInput
+from dynaforge.models.flow import sample
+from dynaforge.models.latent import Conditions, LatentOperator
+from dynaforge.models.registry import model_from_checkpoint
+from dynaforge.train.checkpoint import load_checkpoint
+
+
+def operator_step(model: nn.Module, frames: Tensor, conditions: Conditions | None) -> Tensor:
+    """One operator call on (B, history, C, *space) frames -> (B, horizon, C, *space); the conditions are
+    passed to models that take them (the latent operator) and left out for the others."""
+    inner = getattr(model, "module", model)  # DistributedDataParallel keeps the model in .module
+    if isinstance(inner, LatentOperator) and conditions is not None:
+        return model(ModelInput(frames=frames), conditions).frames
+    return model(ModelInput(frames=frames)).frames
+
+
+def conditioned_rollout(
+    model: nn.Module, frames: Tensor, conditions: Conditions | None, steps: int
+) -> Float[Tensor, "batch predicted channels *space"]:
+    """`steps` operator calls, each on the last `history` frames known or predicted (predictions only)."""
+    history = frames.shape[1]
+    window, predicted = frames, []
+    for _ in range(steps):
+        output = operator_step(model, window, conditions)
+        predicted.append(output)
+        window = torch.cat([window, output], dim=1)[:, -history:]
+    return torch.cat(predicted, dim=1)
+
+
+@dataclass
+class Corrector:
+    """A residual sampler: the flow model, how many steps (and which integrator) it takes, and how many
+    draws it averages (1: a sample of the residual; more: an estimate of its conditional mean, which trades
+    the sample's spread for a lower expected error)."""
+
+    model: nn.Module
+    steps: int
+    method: str = "euler"
+    draws: int = 1
+
+    def residual(
+        self,
+        prediction: Float[Tensor, "batch channels *space"],
+        previous: Float[Tensor, "batch channels *space"],
+        params: Float[Tensor, "batch parameters"],
+        noise: Tensor,  # (B, C, *space) or (draws, B, C, *space)
+    ) -> Float[Tensor, "batch channels *space"]:
+        """The residual from `noise` (B, C, *space), or the mean over a leading axis of draws."""
+        if noise.ndim == prediction.ndim:
+            noise = noise[None]
+        draws = noise.shape[0]
+        condition = torch.stack([prediction, previous], dim=1).repeat(draws, *(1,) * prediction.ndim)
+        samples = sample(
+            self.model,
+            noise.flatten(0, 1),
+            condition,
+            params.repeat(draws, 1),
+            self.steps,
+            self.method,  # type: ignore[arg-type]
+        )
+        return samples.unflatten(0, (draws, -1)).mean(dim=0)
+
+
+def energy(frame: Tensor) -> Tensor:
+    """Mean square of each sample's frame: (B, C, *space) -> (B,)."""
+    return frame.float().square().flatten(1).mean(dim=1)
+
+
+def predictor_corrector_rollout(
+    operator: nn.Module,
+    corrector: Corrector | None,
+    frames: Float[Tensor, "batch history channels *space"],
+    conditions: Conditions,
+    steps: int,
+    every: int = 1,
+    drift_threshold: float | None = None,
+    generator: torch.Generator | None = None,
+) -> Float[Tensor, "batch steps channels *space"]:
+    """Roll out `steps` frames (operator horizon 1); see the module docstring. `corrector=None`: the
+    operator alone. Noise comes from `generator` (CPU), so a rollout is reproducible."""
+    history = frames.shape[1]
+    window, predicted = frames, []
+    reference = energy(frames[:, -1])
+    for step in range(steps):
+        prediction = operator_step(operator, window, conditions)[:, 0]
+        if corrector is not None:
+            due = torch.full_like(reference, float((step + 1) % every == 0), dtype=torch.bool)
+            if drift_threshold is not None:
+                drift = (energy(prediction) / reference.clamp_min(1e-12) - 1).abs()
+                due = due | (drift > drift_threshold)
+            if bool(due.any()):
+                shape = (corrector.draws, *prediction.shape)
+                noise = torch.randn(shape, generator=generator, dtype=torch.float32)
+                residual = corrector.residual(
+                    prediction, window[:, -1], conditions.params, noise.to(prediction)
+                )
+                view = (-1,) + (1,) * (prediction.ndim - 1)
+                prediction = torch.where(due.view(view), prediction + residual, prediction)
+                reference = torch.where(due, energy(prediction), reference)
+        predicted.append(prediction)
+        window = torch.cat([window, prediction[:, None]], dim=1)[:, -history:]
+    return torch.stack(predicted, dim=1)
+
+
+class Ensemble(NamedTuple):
+    """Members' rollouts (M, B, T, C, *space), their mean and spread (std across members)."""
+
+    members: Tensor
+    mean: Tensor
+    spread: Tensor
+
+
+def ensemble_rollout(
+    operator: nn.Module,
+    corrector: Corrector,
+    frames: Tensor,
+    conditions: Conditions,
+    steps: int,
+    members: int,
+    every: int = 1,
+    drift_threshold: float | None = None,
+    seed: int = 0,
+) -> Ensemble:
+    """`members` predictor-corrector rollouts of the same inputs with independent noise."""
+    if members < 2:
+        raise ValueError(f"an ensemble needs at least 2 members, got {members}")
+    generator = torch.Generator().manual_seed(seed)
+    runs = [
+        predictor_corrector_rollout(
+            operator, corrector, frames, conditions, steps, every, drift_threshold, generator
+        )
+        for _ in range(members)
+    ]
+    stacked = torch.stack(runs)
+    return Ensemble(members=stacked, mean=stacked.mean(dim=0), spread=stacked.std(dim=0))
+
+
+def energy_score(
+    samples: Float[Tensor, "members batch *rest"], truth: Float[Tensor, " batch *rest"]
+) -> Float[Tensor, " batch"]:
+    """The energy score (a proper scoring rule; lower is better) with RMS distances:
+    mean_i d(X_i, y) - 1/2 mean_{i != j} d(X_i, X_j). It rewards the right spread, not just the mean."""
+    members = samples.shape[0]
+    if members < 2:
+        raise ValueError("the energy score needs at least 2 samples")
+
+    def rms(x: Tensor) -> Tensor:
+        return x.float().square().flatten(1).mean(dim=1).sqrt()
+
+    skill = torch.stack([rms(s - truth) for s in samples]).mean(dim=0)
+    pairs = [rms(samples[i] - samples[j]) for i in range(members) for j in range(i + 1, members)]
+    return skill - 0.5 * torch.stack(pairs).mean(dim=0)
+
+
+def spread_error_correlation(
+    spread: Float[Tensor, "batch frames channels *space"],
+    mean: Float[Tensor, "batch frames channels *space"],
+    truth: Float[Tensor, "batch frames channels *space"],
+) -> float:
+    """Pearson correlation, over every (sample, frame), of the ensemble's RMS spread and the RMS error of
+    its mean: near 1 when the spread tells where the rollout is wrong."""
+    spread_rms = spread.float().square().flatten(2).mean(dim=-1).sqrt().flatten()
+    error_rms = (mean - truth).float().square().flatten(2).mean(dim=-1).sqrt().flatten()
+    a, b = spread_rms - spread_rms.mean(), error_rms - error_rms.mean()
+    denominator = math.sqrt(float(a.square().sum()) * float(b.square().sum()))
+    return float((a * b).sum()) / denominator if denominator > 0 else math.nan
+
+
+class LatentStack(NamedTuple):
+    """The trained stack of a stages run, ready for inference (models in eval mode)."""
+
+    operator: nn.Module
+    corrector: Corrector | None
+    student: Corrector | None
+    steady_prior: nn.Module | None
+    normalizer: Normalizer
+    parameters: ParameterNormalizer
+    dt: float
+
+
+def load_stack(run: str | Path, map_location: str | torch.device = "cpu") -> LatentStack:
+    """Each stage's best checkpoint under `run` (stages not trained yet are None; the operator is needed)."""
+    root = Path(run)
+    operator_state = load_checkpoint(root / "operator" / "checkpoints" / "best.pt", map_location)
+    stack: dict[str, Any] = {}
+    for name in ("diffusion_residual", "consistency_distill", "steady_prior"):
+        path = root / name / "checkpoints" / "best.pt"
+        stack[name] = load_checkpoint(path, map_location) if path.exists() else None
+
+    def corrector(state: dict[str, Any] | None) -> Corrector | None:
+        if state is None:
+            return None
+        model = model_from_checkpoint(state).eval()
+        return Corrector(model, int(state["sampler_steps"]), str(state["sampler"]))
+
+    prior = stack["steady_prior"]
+    return LatentStack(
+        operator=model_from_checkpoint(operator_state).eval(),
+        corrector=corrector(stack["diffusion_residual"]),
+        student=corrector(stack["consistency_distill"]),
+        steady_prior=model_from_checkpoint(prior).eval() if prior is not None else None,
+        normalizer=Normalizer.from_stats(operator_state["normalization"]),
+        parameters=ParameterNormalizer.from_dict(operator_state["parameter_normalization"]),
+        dt=float(operator_state["dt"]),
+    )

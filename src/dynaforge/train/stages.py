@@ -1,0 +1,545 @@
+"""The latent stack, trained in stages that hand checkpoints to each other.
+
+`dynaforge train CONFIG --data DIR --out RUN stage=all` runs, in order:
+
+operator             the `model` section (the latent operator) on a one-step loss, an unrolled rollout loss
+                     and a log energy-spectrum loss (fp32, autocast off); the best checkpoint has the lowest
+                     validation rollout nRMSE over `val_rollout` calls
+diffusion_residual   conditional flow matching of the residual truth - operator prediction, conditioned on
+                     the prediction, the previous frame and the parameters (the operator frozen, read from
+                     RUN/operator/checkpoints/best.pt); an S-step sampler from real Gaussian noise; the best
+                     checkpoint has the lowest validation energy score of the corrected prediction
+consistency_distill  a student (started from the corrector's weights) trained so that its 1-2 step sampler
+                     maps a noise draw to what the teacher's S-step sampler makes of the same draw; chosen
+                     by the same energy score as the teacher, with its own few-step sampler
+steady_prior         conditional flow matching of long-time states (the last frames of each trajectory)
+                     given the parameters; chosen by the log energy-spectrum distance between generated
+                     and true validation states
+
+Each stage trains with the shared loop (`dynaforge.train.trainer.Trainer` and a `TrainTask`) into its own
+run folder RUN/<stage>/ (config.yaml with the stage's resolved config, metrics.jsonl, checkpoints/), so
+every checkpoint carries the config and shape its model is rebuilt from. RUN/stages.json records each
+stage's status, written atomically: a rerun skips `done` stages and resumes a `running` one from its
+last checkpoint (mid-epoch with `train.checkpoint_every`). Stages run in one process; data.horizon must
+be 1 (the corrector works frame by frame).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+
+from dynaforge.atomic import atomic_write_json
+from dynaforge.config import (
+    Config,
+    ConfigError,
+    LatentConfig,
+    config_to_dict,
+    load_config,
+    save_config,
+)
+from dynaforge.data.conditioned import (
+    ConditionedWindows,
+    LongTimeStates,
+    ParameterNormalizer,
+    evenly_spaced,
+    model_time_step,
+)
+from dynaforge.data.normalize import Normalizer
+from dynaforge.data.windows import WindowDataset
+from dynaforge.evaluate.latent_stack import Corrector, conditioned_rollout, energy_score, operator_step
+from dynaforge.evaluate.metrics import nrmse_per_sample
+from dynaforge.evaluate.spectral import energy_spectrum
+from dynaforge.models.flow import FlowInput, flow_velocity, integrate_flow, sample
+from dynaforge.models.latent import Conditions
+from dynaforge.models.registry import model_from_checkpoint
+from dynaforge.runs import RunError, run_folder, training_differences
+from dynaforge.store import DatasetFolder
+from dynaforge.store.reader import SplitArrays
+from dynaforge.train.checkpoint import load_checkpoint
+from dynaforge.train.losses import mse_loss
+from dynaforge.train.trainer import Trainer, TrainSummary
+
+log = logging.getLogger(__name__)
+
+STATUS_FILE = "stages.json"
+SPECTRUM_FLOOR = 1e-10
+"""Added to energy spectra before their logarithm (normalised units), so that empty shells stay finite."""
+SPECTRUM_RELATIVE_FLOOR = 1e-3
+"""The spectral loss's floor, relative to the true frame's mean shell energy (see `log_spectrum_loss`)."""
+RESIDUAL_SCALE_WINDOWS = 1024
+"""Training windows the residual's standard deviation is measured on."""
+
+
+# ---- data shared by the stages ---------------------------------------------------------------------
+
+
+@dataclass
+class StageData:
+    """A dataset folder's splits (read once), with the statistics every stage normalises with."""
+
+    root: Path
+    stride: int
+    splits: dict[str, SplitArrays] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.folder = DatasetFolder(self.root)
+        self.normalizer = Normalizer.from_stats(self.folder.stats)
+        train = self.split("train")
+        self.parameters = ParameterNormalizer.from_params(train.params)
+        self.dt = model_time_step(train.time, self.stride)
+
+    def split(self, name: str) -> SplitArrays:
+        if name not in self.splits:
+            if self.folder.split_size(name) == 0:
+                raise RunError(
+                    f"the {name} split of {self.root} is empty; generate it with dataset.n_{name} > 0"
+                )
+            self.splits[name] = self.folder.read_split(name)
+        return self.splits[name]
+
+    @property
+    def n_parameters(self) -> int:
+        return len(self.parameters.mean)
+
+    def windows(self, split: str, history: int, targets: int) -> ConditionedWindows:
+        arrays = self.split(split)
+        windows = WindowDataset(arrays.fields, self.normalizer, history, targets, self.stride)
+        return ConditionedWindows(windows, self.parameters.normalize(arrays.params), self.dt)
+
+    def max_targets(self, history: int) -> int:
+        """Frames predictable after `history` input frames in one stored trajectory."""
+        frames = self.split("val").fields.shape[1]
+        return len(range(0, frames, self.stride)) - history
+
+    def extras(self) -> dict[str, Any]:
+        return {"parameter_normalization": self.parameters.to_dict(), "dt": self.dt}
+
+
+def collate(dataset: Dataset, indices: list[int], device: torch.device) -> tuple[Tensor, ...]:
+    """The items at `indices`, stacked field by field, on `device`."""
+    items = [dataset[i] for i in indices]
+    return tuple(torch.stack([item[k] for item in items]).to(device) for k in range(len(items[0])))
+
+
+def conditions_of(batch: tuple[Tensor, ...]) -> Conditions:
+    return Conditions(dt=batch[3], params=batch[2])
+
+
+def log_spectrum_loss(predicted: Tensor, truth: Tensor) -> Tensor:
+    """Mean |log(E_pred(k) + f) - log(E_true(k) + f)| over samples, frames, channels and shells, in fp32 with
+    autocast off (spectra of half-precision fields lose the small scales). The floor f is
+    SPECTRUM_RELATIVE_FLOOR times the true frame's mean shell energy: shells far below it (the dissipation
+    range) barely count, which keeps the gradient bounded (an absolute floor lets the near-empty shells'
+    1 / E dominate the loss and stall training)."""
+    with torch.autocast(device_type=predicted.device.type, enabled=False):
+        e_pred = energy_spectrum(predicted.float())
+        e_true = energy_spectrum(truth.float())
+        floor = SPECTRUM_RELATIVE_FLOOR * e_true.mean(dim=-1, keepdim=True) + SPECTRUM_FLOOR
+        return (torch.log(e_pred + floor) - torch.log(e_true + floor)).abs().mean()
+
+
+def validation_noise(shape: tuple[int, ...], seed: int, device: torch.device) -> Tensor:
+    """The same Gaussian draw at every validation (so epochs are compared on equal terms)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=generator, dtype=torch.float32).to(device)
+
+
+def flow_matching_loss(model: nn.Module, target: Tensor, condition: Tensor, params: Tensor) -> Tensor:
+    """Straight-path flow matching: x_t = (1 - t) x0 + t x1 with x0 ~ N(0, I), regress v = x1 - x0."""
+    noise = torch.randn_like(target)
+    t = torch.rand(target.shape[0], dtype=target.dtype, device=target.device)
+    view = (-1,) + (1,) * (target.ndim - 1)
+    state = (1 - t.view(view)) * noise + t.view(view) * target
+    velocity = model(FlowInput(state=state, time=t, condition=condition, params=params)).velocity
+    return mse_loss(velocity, target - noise)
+
+
+# ---- the tasks the shared training loop runs ---------------------------------------------------------
+
+
+class OperatorTask:
+    """Stage `operator` (see the module docstring)."""
+
+    def __init__(self, config: Config, data: StageData) -> None:
+        self.config, self.data = config, data
+        self.stage = config.stages.operator
+        history, horizon = config.data.history, config.data.horizon
+        calls = min(self.stage.val_rollout, data.max_targets(history) // horizon)
+        if calls < self.stage.val_rollout:
+            log.warning("validation rollouts cut to %d calls: the trajectories end there", calls)
+        val = data.windows("val", history, horizon * calls)
+        self.val, self.calls = val, calls
+        self.val_indices = evenly_spaced(len(val), config.stages.val_windows)
+
+    def dataset(self, folder: DatasetFolder, split: str) -> Dataset:
+        targets = self.config.data.horizon * self.stage.rollout_steps
+        return self.data.windows(split, self.config.data.history, targets)
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
+        inputs, targets = batch[0], batch[1]
+        predicted = conditioned_rollout(model, inputs, conditions_of(batch), self.stage.rollout_steps)
+        horizon = self.config.data.horizon
+        loss = mse_loss(predicted[:, :horizon], targets[:, :horizon])
+        if self.stage.rollout_steps > 1 and self.stage.rollout_weight > 0:
+            loss = loss + self.stage.rollout_weight * mse_loss(predicted[:, horizon:], targets[:, horizon:])
+        if self.stage.spectral_weight > 0:
+            loss = loss + self.stage.spectral_weight * log_spectrum_loss(predicted, targets)
+        return loss
+
+    def validate(self, model: nn.Module) -> float:
+        """Mean nRMSE (normalised units) of `val_rollout`-call rollouts from evenly spaced val windows."""
+        device = next(model.parameters()).device
+        errors = []
+        for lo in range(0, len(self.val_indices), self.config.data.batch_size):
+            batch = collate(self.val, self.val_indices[lo : lo + self.config.data.batch_size], device)
+            predicted = conditioned_rollout(model, batch[0], conditions_of(batch), self.calls)
+            errors.append(nrmse_per_sample(predicted.float(), batch[1]).mean(dim=(1, 2)))
+        return float(torch.cat(errors).mean())
+
+    def checkpoint_extras(self) -> dict[str, Any]:
+        return self.data.extras()
+
+
+class CorrectorTask:
+    """Stage `diffusion_residual`: flow matching of (truth - prediction) / scale. With `teacher`, stage
+    `consistency_distill`: the student's few-step sample regresses the teacher's S-step sample of the same
+    noise."""
+
+    def __init__(
+        self,
+        config: Config,
+        data: StageData,
+        operator: nn.Module,
+        sampler_steps: int,
+        sampler: str,
+        teacher: Corrector | None = None,
+    ) -> None:
+        self.config, self.data, self.operator, self.teacher = config, data, operator, teacher
+        self.sampler_steps, self.sampler = sampler_steps, sampler
+        self.val = data.windows("val", config.data.history, 1)
+        self.val_indices = evenly_spaced(len(self.val), config.stages.val_windows)
+
+    def dataset(self, folder: DatasetFolder, split: str) -> Dataset:
+        return self.data.windows(split, self.config.data.history, 1)
+
+    def prediction(self, batch: tuple[Tensor, ...]) -> Tensor:
+        with torch.no_grad():
+            return operator_step(self.operator, batch[0], conditions_of(batch))[:, 0]
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
+        prediction = self.prediction(batch)
+        condition = torch.stack([prediction, batch[0][:, -1]], dim=1)
+        params = batch[2]
+        if self.teacher is None:
+            residual = (batch[1][:, 0] - prediction) / model_scale(model)
+            return flow_matching_loss(model, residual, condition, params)
+        noise = torch.randn_like(prediction)
+        target = distillation_target(self.teacher, noise, condition, params)
+        student = integrate_flow(flow_velocity(model, condition, params), noise, self.sampler_steps, "euler")
+        return mse_loss(student, target)
+
+    def validate(self, model: nn.Module) -> float:
+        """Energy score of prediction + sampled residual against the truth (normalised units)."""
+        device = next(model.parameters()).device
+        samples = self.config.stages.diffusion_residual.val_samples
+        corrector = Corrector(model, self.sampler_steps, self.sampler)
+        scores = []
+        for lo in range(0, len(self.val_indices), self.config.data.batch_size):
+            indices = self.val_indices[lo : lo + self.config.data.batch_size]
+            batch = collate(self.val, indices, device)
+            prediction = self.prediction(batch)
+            draws = []
+            for m in range(samples):
+                noise = validation_noise(prediction.shape, self.config.stages.seed + 7919 * m + lo, device)
+                draws.append(prediction + corrector.residual(prediction, batch[0][:, -1], batch[2], noise))
+            scores.append(energy_score(torch.stack(draws), batch[1][:, 0]))
+        return float(torch.cat(scores).mean())
+
+    def checkpoint_extras(self) -> dict[str, Any]:
+        return {**self.data.extras(), "sampler_steps": self.sampler_steps, "sampler": self.sampler}
+
+
+def model_scale(model: nn.Module) -> float:
+    return float(getattr(model, "module", model).config.scale)
+
+
+def distillation_target(teacher: Corrector, noise: Tensor, condition: Tensor, params: Tensor) -> Tensor:
+    """What the teacher's S-step sampler makes of `noise` (in the flow's unit-variance coordinates): the
+    student's regression target for the same noise."""
+    with torch.no_grad():
+        velocity = flow_velocity(teacher.model, condition, params)
+        return integrate_flow(velocity, noise, teacher.steps, teacher.method)  # type: ignore[arg-type]
+
+
+class SteadyPriorTask:
+    """Stage `steady_prior` (see the module docstring)."""
+
+    def __init__(self, config: Config, data: StageData) -> None:
+        self.config, self.data = config, data
+        self.stage = config.stages.steady_prior
+        self.val = self.dataset(data.folder, "val")
+        self.val_indices = evenly_spaced(len(self.val), config.stages.val_windows)
+
+    def dataset(self, folder: DatasetFolder, split: str) -> Dataset:
+        arrays = self.data.split(split)
+        params = self.data.parameters.normalize(arrays.params)
+        return LongTimeStates(
+            arrays.fields, self.data.normalizer, params, self.stage.last_frames, self.data.dt
+        )
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
+        state = batch[1][:, 0]
+        empty = state.new_zeros((state.shape[0], 0, *state.shape[1:]))
+        return flow_matching_loss(model, state / model_scale(model), empty, batch[2])  # no condition frames
+
+    def validate(self, model: nn.Module) -> float:
+        """Mean |log E_generated(k) - log E_true(k)| of the mean spectra of generated and true val states."""
+        device = next(model.parameters()).device
+        batch = collate(self.val, self.val_indices, device)
+        truth = batch[1][:, 0]
+        noise = validation_noise(tuple(truth.shape), self.config.stages.seed, device)
+        empty = truth.new_zeros((truth.shape[0], 0, *truth.shape[1:]))
+        generated = sample(model, noise, empty, batch[2], self.stage.sampler_steps)
+        e_gen = energy_spectrum(generated[:, None].float()).mean(dim=0)
+        e_true = energy_spectrum(truth[:, None].float()).mean(dim=0)
+        return float((torch.log(e_gen + SPECTRUM_FLOOR) - torch.log(e_true + SPECTRUM_FLOOR)).abs().mean())
+
+    def checkpoint_extras(self) -> dict[str, Any]:
+        return {**self.data.extras(), "sampler_steps": self.stage.sampler_steps, "sampler": "euler"}
+
+
+# ---- the stages --------------------------------------------------------------------------------------
+
+
+@dataclass
+class StageContext:
+    """What every stage is given: the run's config, the dataset folder, the stack's root folder."""
+
+    config: Config
+    data_root: Path
+    root: Path
+    progress: bool | None = None
+    _data: StageData | None = None
+
+    def data(self) -> StageData:
+        if self._data is None:
+            self._data = StageData(self.data_root, self.config.data.stride)
+        return self._data
+
+    def folder(self, stage: str) -> Path:
+        return self.root / stage
+
+    def best(self, stage: str) -> Path:
+        path = run_folder(self.folder(stage)).best
+        if not path.exists():
+            raise RunError(f"stage {stage} has no best checkpoint at {path}; run it first (stage={stage})")
+        return path
+
+    def resolved(self, stage: str, build: Callable[[], Config]) -> Config:
+        """The stage's config as it was first resolved (its folder's config.yaml), or a fresh one: data
+        dependent fields (dt, residual scale) stay exactly as the interrupted run had them."""
+        saved = run_folder(self.folder(stage)).config
+        return load_config(saved) if saved.exists() else build()
+
+
+def stage_train(base: Config, epochs: int, lr: float, rollout_steps: int = 1) -> Any:
+    return dataclasses.replace(base.train, epochs=epochs, lr=lr, rollout_steps=rollout_steps)
+
+
+def fit(
+    context: StageContext, stage: str, config: Config, task: Any, start: dict[str, Tensor] | None = None
+) -> TrainSummary:
+    """Train `task` with the shared loop into RUN/<stage>/, resuming its last checkpoint if there is one;
+    `start`: initial weights of a fresh (not resumed) run."""
+    trainer = Trainer(
+        config, context.data_root, context.folder(stage), progress=context.progress, resume=True, task=task
+    )
+    if start is not None and trainer.resume_from is None:
+        trainer.model.load_state_dict(start)
+        if trainer.ema is not None:
+            trainer.ema.module.load_state_dict(start)
+    return trainer.fit()
+
+
+def frozen(model: nn.Module) -> nn.Module:
+    model.eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return model
+
+
+def operator(context: StageContext) -> TrainSummary:
+    data = context.data()
+    base = context.config
+    stage = base.stages.operator
+
+    def build() -> Config:
+        model = base.model
+        if isinstance(model, LatentConfig):
+            model = dataclasses.replace(model, parameters=data.n_parameters, dt=data.dt)
+        train = stage_train(base, stage.epochs, stage.lr, stage.rollout_steps)
+        return dataclasses.replace(base, model=model, train=train)
+
+    config = context.resolved("operator", build)
+    return fit(context, "operator", config, OperatorTask(config, data))
+
+
+def load_operator(context: StageContext, device: str | torch.device = "cpu") -> nn.Module:
+    return frozen(model_from_checkpoint(load_checkpoint(context.best("operator"), device)))
+
+
+def diffusion_residual(context: StageContext) -> TrainSummary:
+    data = context.data()
+    base = context.config
+    stage = base.stages.diffusion_residual
+    operator_model = load_operator(context)
+
+    def build() -> Config:
+        scale = residual_scale(operator_model, data, base.data.history)
+        model = dataclasses.replace(
+            stage.model, condition_frames=2, parameters=data.n_parameters, scale=scale
+        )
+        return dataclasses.replace(base, model=model, train=stage_train(base, stage.epochs, stage.lr))
+
+    config = context.resolved("diffusion_residual", build)
+    task = CorrectorTask(config, data, operator_model, stage.sampler_steps, stage.sampler)
+    return fit(context, "diffusion_residual", config, task)
+
+
+def residual_scale(operator_model: nn.Module, data: StageData, history: int) -> float:
+    """Standard deviation of truth - one-step prediction over (up to) RESIDUAL_SCALE_WINDOWS train windows."""
+    windows = data.windows("train", history, 1)
+    indices = evenly_spaced(len(windows), RESIDUAL_SCALE_WINDOWS)
+    residuals = []
+    with torch.inference_mode():
+        for lo in range(0, len(indices), 256):
+            batch = collate(windows, indices[lo : lo + 256], torch.device("cpu"))
+            residuals.append(
+                batch[1][:, 0] - operator_step(operator_model, batch[0], conditions_of(batch))[:, 0]
+            )
+    return max(float(torch.cat(residuals).std()), 1e-6)
+
+
+def consistency_distill(context: StageContext) -> TrainSummary:
+    data = context.data()
+    base = context.config
+    stage = base.stages.consistency_distill
+    teacher_state = load_checkpoint(context.best("diffusion_residual"))
+    teacher = Corrector(
+        frozen(model_from_checkpoint(teacher_state)),
+        int(teacher_state["sampler_steps"]),
+        str(teacher_state["sampler"]),
+    )
+    teacher_config = load_config(context.folder("diffusion_residual") / "config.yaml")
+
+    def build() -> Config:
+        return dataclasses.replace(
+            base, model=teacher_config.model, train=stage_train(base, stage.epochs, stage.lr)
+        )
+
+    config = context.resolved("consistency_distill", build)
+    task = CorrectorTask(config, data, load_operator(context), stage.student_steps, "euler", teacher=teacher)
+    return fit(context, "consistency_distill", config, task, start=teacher_state["model"])
+
+
+def steady_prior(context: StageContext) -> TrainSummary:
+    data = context.data()
+    base = context.config
+    stage = base.stages.steady_prior
+
+    def build() -> Config:
+        model = dataclasses.replace(stage.model, condition_frames=0, parameters=data.n_parameters, scale=1.0)
+        return dataclasses.replace(base, model=model, train=stage_train(base, stage.epochs, stage.lr))
+
+    config = context.resolved("steady_prior", build)
+    return fit(context, "steady_prior", config, SteadyPriorTask(config, data))
+
+
+STAGES: dict[str, Callable[[StageContext], TrainSummary]] = {
+    "operator": operator,
+    "diffusion_residual": diffusion_residual,
+    "consistency_distill": consistency_distill,
+    "steady_prior": steady_prior,
+}
+"""The stages in the order `stage=all` runs them."""
+
+
+# ---- running them in order -------------------------------------------------------------------------------
+
+
+def read_status(root: Path) -> dict[str, Any]:
+    import json
+
+    path = root / STATUS_FILE
+    return json.loads(path.read_text()) if path.exists() else {"stages": {}}
+
+
+def write_status(root: Path, status: dict[str, Any]) -> None:
+    atomic_write_json(root / STATUS_FILE, status)
+
+
+def check_same_run(root: Path, config: Config) -> None:
+    """A stack folder holds one config; refuse to continue it with another."""
+    saved = root / "config.yaml"
+    if not saved.exists():
+        save_config(config, saved)
+        return
+    differences = training_differences(config_to_dict(load_config(saved)), config_to_dict(config))
+    if differences:
+        raise RunError(
+            f"{root} holds a staged run of a different config; rerun with its own config ({saved}) or another "
+            "--out folder.\n  Differences (existing != requested):\n    " + "\n    ".join(differences[:20])
+        )
+
+
+def run_stages(
+    config: Config, data: str | Path, out: str | Path, stage: str = "all", progress: bool | None = None
+) -> dict[str, Any]:
+    """Run `stage` (a name of `STAGES`, or `all` for every stage in order) into stack folder `out`;
+    returns the stages.json record. Done stages are skipped; a running one resumes."""
+    if stage != "all" and stage not in STAGES:
+        raise ConfigError(f"stage={stage!r} is not valid; choose all or one of: {', '.join(STAGES)}")
+    if config.data.horizon != 1:
+        raise ConfigError(
+            f"the staged stack corrects one frame per call: set data.horizon=1 (got {config.data.horizon})"
+        )
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    check_same_run(root, config)
+    status = read_status(root)
+    names = list(STAGES) if stage == "all" else [stage]
+    context = StageContext(config, Path(data).resolve(), root, progress)
+    for name in names:
+        record = status["stages"].get(name, {})
+        if record.get("status") == "done":
+            log.info("stage %s is done (best validation metric %.4g); skipped", name, record["best_val"])
+            continue
+        status["stages"][name] = {
+            **record,
+            "status": "running",
+            "started": record.get("started", time.time()),
+        }
+        write_status(root, status)
+        log.info("stage %s: %s", name, "resuming" if record else "starting")
+        summary = STAGES[name](context)
+        status["stages"][name] = {
+            **status["stages"][name],
+            "status": "done",
+            "best_val": summary.best_val_loss,
+            "last_val": summary.last_val_loss,
+            "steps": summary.steps,
+            "seconds": summary.seconds,
+            "checkpoint": str(Path(name) / "checkpoints" / "best.pt"),
+        }
+        write_status(root, status)
+    return status
