@@ -50,8 +50,10 @@ class Conditions(NamedTuple):
     params: Float[Tensor, "batch parameters"]
 
 
-def default_conditions(config: LatentConfig, batch: int, like: Tensor) -> Conditions:
-    """The model's own dt and the mean parameters (zeros once normalised), for callers that give none."""
+def default_conditions(config: LatentConfig, like: Tensor) -> Conditions:
+    """The model's own dt and the mean parameters (zeros once normalised), for callers that give none, one
+    per sample of batch-first `like` (its batch size may be symbolic while exporting)."""
+    batch = like.shape[0]
     dt = torch.full((batch,), config.dt, dtype=like.dtype, device=like.device)
     params = torch.zeros((batch, config.parameters), dtype=like.dtype, device=like.device)
     return Conditions(dt=dt, params=params)
@@ -210,7 +212,7 @@ class LatentOperator(nn.Module):
         frames = inputs.frames
         self.check_grid(tuple(frames.shape[3:]))
         if conditions is None:
-            conditions = default_conditions(self.config, frames.shape[0], frames)
+            conditions = default_conditions(self.config, frames)
         features = self.stem(frames_to_stack(frames))  # (B, stem, *space)
         tokens, grid = self.encode(features)
         tokens = self.advance(tokens, grid, self.embed_conditions(conditions, tokens))
