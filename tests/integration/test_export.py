@@ -26,6 +26,7 @@ from dynaforge.export.onnx_export import (
     ExportError,
     check_surrogate_contract,
     export_run,
+    exportable_model,
     follows_surrogate_contract,
     surrogate_exportable,
     verify,
@@ -111,7 +112,8 @@ def test_every_registry_model_exports_and_matches_onnxruntime_in_1d_and_2d(
     import onnxruntime
 
     if not follows_surrogate_contract(MODELS[model_name]):
-        pytest.skip(f"{model_name} is not a surrogate (ModelInput -> ModelOutput); export refuses it clearly")
+        assert exportable_model(MODELS[model_name]), f"{model_name}: no export path"
+        pytest.skip(f"{model_name} is not a surrogate; its own export test covers it")
     for shape, data in fitting_shapes(model_name, {1: tiny_data, 2: tiny_data_2d}):
         folder = tmp_path / f"{shape.spatial_dims}d"
         write_random_checkpoint(folder / "run", model_name, shape, data)
@@ -272,3 +274,30 @@ def test_a_model_of_another_contract_is_refused_with_a_clear_error() -> None:
     assert all(follows_surrogate_contract(MODELS[name]) for name in ("fno", "unet"))
     with pytest.raises(ExportError, match="surrogate contract ModelInput -> ModelOutput"):
         check_surrogate_contract(Denoiser())
+
+
+def test_the_latent_stacks_flow_net_exports_and_matches_onnxruntime(
+    tmp_path: Path, tiny_data: Path, one_thread: None
+) -> None:
+    import onnxruntime
+
+    shape = ModelShape(channels=1, history=2, horizon=1, spatial_dims=1)
+    config = Config(model=MODEL_CONFIGS["flow"](parameters=2))
+    write_random_checkpoint(tmp_path / "run", "flow", shape, tiny_data, config)
+    result = export_run(tmp_path / "run", tmp_path / "flow.onnx")  # raises above tolerance
+    assert result.inputs == ["state", "time", "condition", "params"] and result.outputs == ["velocity"]
+    assert [c.name for c in result.checks] == ["random", "real"]
+    assert all(c.max_abs <= c.tolerance for c in result.checks)
+
+    session = onnxruntime.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    meta = json.loads(session.get_modelmeta().custom_metadata_map["dynaforge"])
+    n = meta["space"][0]
+    frames = config.model.condition_frames
+    feeds = {
+        "state": np.zeros((5, 1, n), dtype=np.float32),
+        "time": np.full((5,), 0.5, dtype=np.float32),
+        "condition": np.zeros((5, frames, 1, n), dtype=np.float32),
+        "params": np.zeros((5, 2), dtype=np.float32),
+    }
+    (velocity,) = session.run(["velocity"], feeds)
+    assert velocity.shape == (5, 1, n)

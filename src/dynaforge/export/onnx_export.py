@@ -1,9 +1,11 @@
 """`dynaforge export RUN --out model.onnx`: a run's model as ONNX, verified in onnxruntime against PyTorch.
 
-Two kinds of run, told apart by the checkpoint:
+Three kinds of run, told apart by the checkpoint:
 - a surrogate of `dynaforge.models.MODELS` (any registry model, rebuilt with `model_from_checkpoint`): input
   `frames` (batch, history, channels, *space), normalised; output `next_frames` (batch, horizon, channels,
   *space). The grid is fixed at the trained resolution; the batch axis is dynamic.
+- the latent stack's flow network (a stage run of `train/stages.py`): inputs `state`, `time`, `condition`,
+  `params`; output `velocity` (see `FlowInput`).
 - the N-body step controller (`dynaforge nbody train`): input `features` (batch, features) (and `history`
   (batch, K, features) when it reads a history), float64; output `log_step` (batch,), log(h / T0).
 
@@ -46,6 +48,7 @@ from dynaforge.models.dt_predictor import (
     StepControllerNet,
     build_step_controller_net,
 )
+from dynaforge.models.flow import FlowInput, FlowOutput
 from dynaforge.runs import RunError, run_folder
 from dynaforge.train.checkpoint import load_checkpoint
 
@@ -113,6 +116,23 @@ class FramesToNextFrames(nn.Module):
         return self.model(ModelInput(frames=frames)).frames
 
 
+class FlowToVelocity(nn.Module):
+    """The latent stack's flow network with plain tensors: (state, time, condition, params) -> velocity."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        state: Float[Tensor, "batch channels *space"],
+        time: Float[Tensor, " batch"],
+        condition: Float[Tensor, "batch frames channels *space"],
+        params: Float[Tensor, "batch parameters"],
+    ) -> Float[Tensor, "batch channels *space"]:
+        return self.model(FlowInput(state=state, time=time, condition=condition, params=params)).velocity
+
+
 class FeaturesToLogStep(nn.Module):
     """The step controller with plain tensors: features (B, F) [, history (B, K, F)] -> log(h / T0) (B,)."""
 
@@ -159,6 +179,8 @@ def export_run(
     state = load_checkpoint(folder.checkpoint(checkpoint))
     if state.get("kind") == CONTROLLER_KIND:
         exportable = controller_exportable(state)
+    elif follows_contract(type(model_from_checkpoint(state)), FlowInput, FlowOutput):
+        exportable = flow_exportable(state, data)
     else:
         exportable = surrogate_exportable(state, data)
     path = export_module(exportable, Path(out))
@@ -209,10 +231,75 @@ def surrogate_exportable(state: dict[str, Any], data: str | Path | None) -> Expo
 
 def follows_surrogate_contract(model_class: type[nn.Module]) -> bool:
     """True when `model_class.forward` takes a ModelInput first and returns a ModelOutput."""
+    return follows_contract(model_class, ModelInput, ModelOutput)
+
+
+def follows_contract(model_class: type[nn.Module], takes: type, returns: type) -> bool:
+    """True when `model_class.forward` takes a `takes` first and returns a `returns`."""
     hints = typing.get_type_hints(model_class.forward)
     parameters = [name for name in inspect.signature(model_class.forward).parameters if name != "self"]
     first = hints.get(parameters[0]) if parameters else None
-    return first is ModelInput and hints.get("return") is ModelOutput
+    return first is takes and hints.get("return") is returns
+
+
+def exportable_model(model_class: type[nn.Module]) -> bool:
+    """True for the registry models `dynaforge export` writes: surrogates and the latent stack's flow net."""
+    return follows_surrogate_contract(model_class) or follows_contract(model_class, FlowInput, FlowOutput)
+
+
+def flow_exportable(state: dict[str, Any], data: str | Path | None) -> Exportable:
+    """The flow network of a `diffusion_residual`, `consistency_distill` or `steady_prior` stage. Random
+    inputs, and real ones: test frames of the dataset as the conditioning frames, Gaussian noise as the
+    state (where a sampler starts), flow times spread over [0, 1], the mean parameters."""
+    model = model_from_checkpoint(state).eval()
+    shape = ModelShape(**state["model_shape"])
+    config = model.config
+    frames = real_frames(state, shape, data)  # (N, history, C, *space)
+    space = tuple(frames.shape[3:])
+    generator = torch.Generator().manual_seed(0)
+
+    def random(batch: int) -> tuple[Tensor, ...]:
+        def normal(*size: int) -> Tensor:
+            return torch.randn(size, generator=generator, dtype=torch.float32)
+
+        condition = normal(batch, config.condition_frames, shape.channels, *space)
+        time = torch.rand((batch,), generator=generator, dtype=torch.float32)
+        return normal(batch, shape.channels, *space), time, condition, normal(batch, config.parameters)
+
+    n = frames.shape[0]
+    last = frames[:, -1:]  # (N, 1, C, *space)
+    real = (
+        torch.randn((n, shape.channels, *space), generator=generator, dtype=torch.float32),
+        torch.linspace(0.0, 1.0, n, dtype=torch.float32),
+        last.expand(n, config.condition_frames, *last.shape[2:]).contiguous(),
+        torch.zeros((n, config.parameters), dtype=torch.float32),
+    )
+    axes = [f"space{i}" for i in range(len(space))]
+    metadata = {
+        "kind": "flow",
+        "model": state["config"]["model"],
+        "model_shape": shape._asdict(),
+        "space": list(space),
+        "normalization": state["normalization"],
+        "inputs": {
+            "state": ["batch", "channels", *axes],
+            "time": ["batch"],
+            "condition": ["batch", "frames", "channels", *axes],
+            "params": ["batch", "parameters"],
+        },
+        "outputs": {"velocity": ["batch", "channels", *axes]},
+    }
+    wrapper = FlowToVelocity(model).eval()
+    return Exportable(
+        wrapper,
+        wrapper,
+        ["state", "time", "condition", "params"],
+        ["velocity"],
+        random(EXAMPLE_BATCH),
+        random(RANDOM_BATCH),
+        real,
+        metadata,
+    )
 
 
 def check_surrogate_contract(model: nn.Module) -> None:
