@@ -1013,10 +1013,12 @@ class ControllerNetConfig:
     history: int = 0
     """Also read the features of the last K states (zero-padded at the start); 0 = none. History makes the
     step depend on the past, which breaks the time symmetry of the reversible step recursion."""
+    correction: float = 2.0
+    """Bound c of the learned log-multiplier on the classical step: h stays within exp(+-c) of eta0 tau."""
 
     def __post_init__(self) -> None:
-        if self.hidden < 1 or self.layers < 0 or self.history < 0:
-            raise ConfigError("hidden must be >= 1, layers and history >= 0")
+        if self.hidden < 1 or self.layers < 0 or self.history < 0 or self.correction <= 0:
+            raise ConfigError("hidden must be >= 1, layers and history >= 0, correction > 0")
 
 
 @dataclass
@@ -1084,9 +1086,19 @@ class TimestepperConfig:
     systems: ControllerSystemsConfig = field(default_factory=ControllerSystemsConfig)
     """The training systems."""
     steps: int = 300
-    """Adam steps."""
+    """Steps of the first-order optimiser (`optimizer`)."""
     lr: float = 3e-3
-    """Adam learning rate (constant)."""
+    """Peak learning rate of `optimizer` (shaped by `schedule`)."""
+    optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(name="adam", fused=False))
+    """The first-order optimiser, built by the trainer engine (`dynaforge.train.optim`)."""
+    schedule: ScheduleConfig = field(
+        default_factory=lambda: ScheduleConfig(name="constant", warmup_fraction=0.0)
+    )
+    """The learning-rate schedule over the `steps` optimiser steps (`dynaforge.train.schedule`)."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay of matrices (AdamW, Muon) or L2 penalty (SGD); 0 = none."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Optional Weights & Biases logging beside metrics.jsonl."""
     batch: int = 32
     """Windows per optimiser step."""
     window: int = 32
@@ -1126,6 +1138,13 @@ class TimestepperConfig:
             raise ConfigError(f"need 0 < band_low < band_high, got {self.band_low} and {self.band_high}")
         if self.lr <= 0 or min(self.reward, self.penalty, self.shape, self.lbfgs_steps) < 0:
             raise ConfigError("lr must be > 0; reward, penalty, shape and lbfgs_steps >= 0")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.schedule.interval != "step" or self.schedule.name == "plateau":
+            raise ConfigError(
+                "timestepper.schedule: controller training has no epochs; use interval=step and a "
+                "constant, step or cosine schedule"
+            )
 
 
 # --------------------------------------------------------------------------------------------------
