@@ -1071,11 +1071,12 @@ class TimestepperConfig:
     measured from the episode's start, as the benchmark measures it, and the loss of a window is
         penalty * mean_n relu(log(e_n / band_high))^2            (upper edge: too inaccurate at a step)
       + penalty * relu(log(band_low / max_n e_n))^2              (lower edge: too accurate in the window)
-      + shape * (log(max_n e_n) / 2 - mean_n log(h_n / T0))      (scale-free cost of the step shape)
+      + shape * (log(max_n e_n) / 2 - log(mean_n h_n / T0))      (scale-free cost of the step shape)
       - reward * mean_n log(h_n / T0)                            (extra push to larger steps)
     The lower edge acts on a window's largest error because e_n is near zero at an episode's start,
     whatever the step. The shape cost rewards larger steps at a given error: leapfrog's error scales as
-    h^2, so reaching a target error would take steps scaled by sqrt(target / max error); the cost does
+    h^2, so reaching a target error would take steps scaled by sqrt(target / max error), and covering a
+    fixed time takes a number of steps proportional to 1 / mean(h) (hence log of the mean); the cost does
     not change when every step is scaled by the same factor, so it judges how h(y) varies between
     states (where to spend steps), while the band edges set its overall level. (max_n is a soft maximum,
     logsumexp with sharpness 8, so the cost stays smooth.)

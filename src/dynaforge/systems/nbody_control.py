@@ -51,7 +51,7 @@ from dynaforge.systems.nbody_schemes import SCHEMES, Composition
 
 FEATURE_NAMES = (
     "log_classical_timescale",  # log(tau_classical / T0), the classical criterion's time scale
-    "log_min_distance",  # log(min_ij s_ij / L0)
+    "log_min_distance",  # log(soft min_ij s_ij / L0); "closest pair" below: the soft closest pair
     "log_mean_distance",  # log(mean_ij s_ij / L0)
     "log_closest_pair_speed",  # log(|v_j - v_i| / V0) of the closest pair
     "log_max_acceleration",  # log(max_i |a_i| / A0)
@@ -70,7 +70,7 @@ FEATURE_NAMES = (
 )
 CLASSICAL_FEATURE = 0
 TINY = 1e-12  # floor (relative to the scale) of speeds and accelerations inside logarithms
-SOFTMIN_SHARPNESS = 4.0  # of the soft minimum over bodies (log-sum-exp of -4 log tau_i)
+SOFTMIN_SHARPNESS = 4.0  # of the soft minima over bodies (log-sum-exp of -4 log tau_i) and over pairs
 FAR = 1e60  # stands for the distance of a body to itself, so minima skip it (its cube stays finite)
 
 
@@ -191,17 +191,23 @@ def controller_features(
     off_diagonal = 1.0 - torch.eye(n, dtype=m.dtype, device=m.device)
     acc = torch.sqrt((current.accelerations**2).sum(-1) + (TINY * A0) ** 2)  # (B, N)
     log_tau_i = torch.log(body_timescales(pairs, current.accelerations, TINY * V0.view(-1)) / T0)  # (B, N)
-    flat = pairs.distance.reshape(batch, n * n)
-    closest = flat.argmin(1, keepdim=True)
-    s_min = flat.gather(1, closest)
+    # The "closest pair" is a soft one: pair quantities averaged with weights softmax(-k log s_ij), so the
+    # features stay continuous when another pair becomes the closest (the reversible recursion wants a
+    # smooth h(y)); with one pair (Kepler) it is that pair.
+    log_distance = torch.log(pairs.distance).reshape(batch, n * n)
+    weight = torch.softmax(-SOFTMIN_SHARPNESS * log_distance, dim=1)  # FAR on the diagonal: weight 0
+    s_min = torch.exp((weight * log_distance).sum(1, keepdim=True))
     s_mean = (pairs.distance * off_diagonal).sum((1, 2)).view(-1, 1) / (n * (n - 1))
-    speed = pairs.speed.reshape(batch, n * n).gather(1, closest)
+    log_speed = torch.log(pairs.speed.clamp_min(TINY)).reshape(batch, n * n)
+    speed = torch.exp((weight * log_speed).sum(1, keepdim=True))
     pair_mass = (m.unsqueeze(1) + m.unsqueeze(2)).reshape(batch, n * n)
     free_fall = torch.sqrt(pairs.distance**3 / (m.unsqueeze(1) + m.unsqueeze(2))).reshape(batch, n * n)
-    alignment = pairs.radial.reshape(batch, n * n).gather(1, closest) / (s_min * speed.clamp_min(TINY))
+    cosine = pairs.radial / (pairs.distance * pairs.speed.clamp_min(TINY))
+    alignment = (weight * cosine.reshape(batch, n * n)).sum(1, keepdim=True)
     kinetic = kinetic_energy(state.velocities, m).view(-1, 1)
     total = m.sum(1, keepdim=True)
-    eccentricity, pericentre = pair_orbit(s_min, speed, alignment, pair_mass.gather(1, closest))
+    close_mass = (weight * pair_mass).sum(1, keepdim=True)
+    eccentricity, pericentre = pair_orbit(s_min, speed, alignment.clamp(0.0, 1.0), close_mass)
     term = leapfrog_error_term(state, current, params)
     swing = (term.hessian.abs() / 12.0 + term.force / 24.0).view(-1, 1)
     energy_scale = total * V0**2
@@ -214,7 +220,7 @@ def controller_features(
         torch.log(acc.amax(1, keepdim=True) / A0),
         torch.log(acc.mean(1, keepdim=True) / A0),
         torch.log(free_fall.amin(1, keepdim=True) / T0),
-        torch.log(pair_mass.gather(1, closest) / total),
+        torch.log(close_mass / total),
         alignment.clamp(0.0, 1.0),
         params.softening.view(-1, 1) / s_min,
         torch.log(kinetic.clamp_min(TINY * total * V0**2) / (total * V0**2)),

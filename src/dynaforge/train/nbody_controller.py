@@ -225,7 +225,10 @@ def window_loss(
     mean_log_step = log_step.mean()
     # Scale-free cost (see TimestepperConfig): unchanged when every step is scaled by one factor.
     soft_max = torch.logsumexp(SOFT_MAX_SHARPNESS * torch.log(error), dim=1) / SOFT_MAX_SHARPNESS
-    shape_cost = (0.5 * soft_max).mean() - mean_log_step
+    # log of the mean step, not the mean log step: over a fixed time the step count is 1 / mean(h), and
+    # the mean of log h would also penalise varying steps (Jensen), i.e. favour fixed-step behaviour.
+    log_mean_step = torch.logsumexp(log_step, dim=1) - math.log(window)
+    shape_cost = (0.5 * soft_max - log_mean_step).mean()
     loss = penalty * (penalty_high + penalty_low) - reward * mean_log_step + shape * shape_cost
     result = WindowLoss(
         loss,
