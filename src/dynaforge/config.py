@@ -1106,10 +1106,12 @@ class ControllerNetConfig:
     history: int = 0
     """Also read the features of the last K states (zero-padded at the start); 0 = none. History makes the
     step depend on the past, which breaks the time symmetry of the reversible step recursion."""
+    correction: float = 2.0
+    """Bound c of the learned log-multiplier on the classical step: h stays within exp(+-c) of eta0 tau."""
 
     def __post_init__(self) -> None:
-        if self.hidden < 1 or self.layers < 0 or self.history < 0:
-            raise ConfigError("hidden must be >= 1, layers and history >= 0")
+        if self.hidden < 1 or self.layers < 0 or self.history < 0 or self.correction <= 0:
+            raise ConfigError("hidden must be >= 1, layers and history >= 0, correction > 0")
 
 
 @dataclass
@@ -1162,11 +1164,12 @@ class TimestepperConfig:
     measured from the episode's start, as the benchmark measures it, and the loss of a window is
         penalty * mean_n relu(log(e_n / band_high))^2            (upper edge: too inaccurate at a step)
       + penalty * relu(log(band_low / max_n e_n))^2              (lower edge: too accurate in the window)
-      + shape * (log(max_n e_n) / 2 - mean_n log(h_n / T0))      (scale-free cost of the step shape)
+      + shape * (log(max_n e_n) / 2 - log(mean_n h_n / T0))      (scale-free cost of the step shape)
       - reward * mean_n log(h_n / T0)                            (extra push to larger steps)
     The lower edge acts on a window's largest error because e_n is near zero at an episode's start,
     whatever the step. The shape cost rewards larger steps at a given error: leapfrog's error scales as
-    h^2, so reaching a target error would take steps scaled by sqrt(target / max error); the cost does
+    h^2, so reaching a target error would take steps scaled by sqrt(target / max error), and covering a
+    fixed time takes a number of steps proportional to 1 / mean(h) (hence log of the mean); the cost does
     not change when every step is scaled by the same factor, so it judges how h(y) varies between
     states (where to spend steps), while the band edges set its overall level. (max_n is a soft maximum,
     logsumexp with sharpness 8, so the cost stays smooth.)
@@ -1177,9 +1180,19 @@ class TimestepperConfig:
     systems: ControllerSystemsConfig = field(default_factory=ControllerSystemsConfig)
     """The training systems."""
     steps: int = 300
-    """Adam steps."""
+    """Steps of the first-order optimiser (`optimizer`)."""
     lr: float = 3e-3
-    """Adam learning rate (constant)."""
+    """Peak learning rate of `optimizer` (shaped by `schedule`)."""
+    optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(name="adam", fused=False))
+    """The first-order optimiser, built by the trainer engine (`dynaforge.train.optim`)."""
+    schedule: ScheduleConfig = field(
+        default_factory=lambda: ScheduleConfig(name="constant", warmup_fraction=0.0)
+    )
+    """The learning-rate schedule over the `steps` optimiser steps (`dynaforge.train.schedule`)."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay of matrices (AdamW, Muon) or L2 penalty (SGD); 0 = none."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Optional Weights & Biases logging beside metrics.jsonl."""
     batch: int = 32
     """Windows per optimiser step."""
     window: int = 32
@@ -1219,6 +1232,13 @@ class TimestepperConfig:
             raise ConfigError(f"need 0 < band_low < band_high, got {self.band_low} and {self.band_high}")
         if self.lr <= 0 or min(self.reward, self.penalty, self.shape, self.lbfgs_steps) < 0:
             raise ConfigError("lr must be > 0; reward, penalty, shape and lbfgs_steps >= 0")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.schedule.interval != "step" or self.schedule.name == "plateau":
+            raise ConfigError(
+                "timestepper.schedule: controller training has no epochs; use interval=step and a "
+                "constant, step or cosine schedule"
+            )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -138,3 +138,23 @@ def test_reversible_step_recursion_keeps_the_energy_error_bounded() -> None:
         growth[reversible] = float(run.max_energy_error) / early
     assert growth[True] < 1.05
     assert growth[False] > 2.5  # the drift grows about linearly in time (3.4x measured)
+
+
+def test_leapfrog_energy_error_is_the_modified_energy_term() -> None:
+    # Leapfrog at fixed h conserves H + h^2 H2 to O(h^4), so E_n - E_0 = -h^2 (H2(y_n) - H2(y_0)) up to
+    # O(h^4): the controller's `log_error_timescale` feature rests on this (coefficients 1/12 and -1/24).
+    from dynaforge.systems.nbody import energy, gravity
+    from dynaforge.systems.nbody_control import leapfrog_error_term
+
+    state, params = kepler_batch(1.0, 0.8, 0.6, 0.4, phase=2.0)
+    h = 0.004
+    _, saved = fixed_step_rollout(state, params, h, 1600, "leapfrog", save_every=16)
+    errors, predicted = [], []
+    term_0 = leapfrog_error_term(state, gravity(state.positions, params), params).value
+    for s in saved:
+        errors.append(float(energy(s, params) - energy(state, params)))
+        term = leapfrog_error_term(s, gravity(s.positions, params), params).value
+        predicted.append(float(-(h**2) * (term - term_0)))
+    errors_, predicted_ = np.asarray(errors), np.asarray(predicted)
+    assert np.abs(errors_).max() > 1e-5  # a visible error, mostly from the pericentre passage
+    assert np.abs(errors_ - predicted_).max() < 0.01 * np.abs(errors_).max()

@@ -138,3 +138,17 @@ def test_untrained_controller_starts_as_the_classical_criterion() -> None:
     features = features_of(state, params)
     out = net(StepControllerInput(features)).log_step
     torch.testing.assert_close(out, features[:, 0] + np.log(0.02), rtol=0, atol=1e-9)  # soft clamp ~1e-11
+
+
+def test_learned_step_stays_within_its_bounded_correction_of_the_classical_step() -> None:
+    torch.manual_seed(1)
+    net = StepControllerNet(len(FEATURE_NAMES), hidden=16, layers=2, correction=1.5)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(10.0 * torch.randn_like(p))  # far from the initial weights: corrections saturate
+    state, params = cluster_batch(6, 5, seed=3)
+    features = features_of(state, params)
+    with torch.no_grad():
+        ratio = net(StepControllerInput(features)).log_step - features[:, 0] - np.log(0.02)
+    assert bool((ratio.abs() <= 1.5 + 1e-9).all())
+    assert float(ratio.abs().max()) > 1.0  # the random weights do move the step

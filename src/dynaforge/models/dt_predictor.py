@@ -1,10 +1,15 @@
 """The learned N-body step controller: permutation-invariant system features in, a positive step out.
 
-The network predicts log(h / T0), h the step and T0 the system's initial time scale, as a linear (power
-law) path plus an MLP correction; the step exp(.) is positive by construction. A soft clamp keeps
-log(h / T0) within +-`LOG_STEP_LIMIT` so exp never overflows (it is the identity well inside that range). The linear path starts as the classical
-criterion h = eta0 * tau (weight 1 on the classical time scale feature, bias log eta0) and the MLP's last
-layer starts at zero, so an untrained controller behaves like `adaptive` control with eta = eta0.
+The network predicts log(h / T0), h the step and T0 the system's initial time scale, as a correction of
+the classical criterion h = eta0 * tau (tau the classical time scale, feature `classical_feature`):
+
+    log(h / T0) = log(tau / T0) + log(eta0) + c * tanh((linear(x) + mlp(x)) / c),
+
+a linear (power-law) path plus an MLP, bounded to a factor exp(+-c) (`correction`) around the classical
+step, so a trained controller cannot stray far from a criterion known to be sound on systems unlike its
+training set. The step exp(.) is positive by construction; a soft clamp keeps log(h / T0) within
++-`LOG_STEP_LIMIT` so exp never overflows (it is the identity well inside that range). Both paths start
+at zero, so an untrained controller behaves like `adaptive` control with eta = eta0.
 Features are computed by `dynaforge.systems.nbody_control.controller_features`.
 """
 
@@ -33,7 +38,8 @@ class StepControllerOutput(NamedTuple):
 
 
 class StepControllerNet(nn.Module):
-    """MLP with a linear skip path reading features (and optionally their history); see the module doc."""
+    """A bounded correction of the classical step from an MLP with a linear skip path reading features (and
+    optionally their history); see the module docstring."""
 
     def __init__(
         self,
@@ -42,15 +48,19 @@ class StepControllerNet(nn.Module):
         layers: int = 2,
         history: int = 0,
         classical_feature: int = 0,
+        correction: float = 2.0,
         dtype: torch.dtype = torch.float64,
     ) -> None:
         super().__init__()
+        if correction <= 0:
+            raise ValueError(f"correction must be > 0 (a log factor), got {correction}")
         self.config = {
             "features": features,
             "hidden": hidden,
             "layers": layers,
             "history": history,
             "classical_feature": classical_feature,
+            "correction": correction,
         }
         inputs = features * (1 + history)
         self.linear = nn.Linear(inputs, 1, dtype=dtype)
@@ -65,8 +75,7 @@ class StepControllerNet(nn.Module):
         with torch.no_grad():
             # Start from the classical criterion (see the module docstring); deliberate in-place init.
             self.linear.weight.zero_()
-            self.linear.weight[0, classical_feature] = 1.0
-            self.linear.bias.fill_(math.log(INITIAL_ETA))
+            self.linear.bias.zero_()
             last.weight.zero_()
             last.bias.zero_()
 
@@ -82,7 +91,10 @@ class StepControllerNet(nn.Module):
                     f"this controller reads a history of {self.history} states; pass history (batch, {self.history}, features)"
                 )
             x = torch.cat([x, inputs.history.flatten(1)], dim=1)
-        raw = (self.linear(x) + self.mlp(x)).squeeze(-1)
+        limit = float(self.config["correction"])
+        correction = limit * torch.tanh((self.linear(x) + self.mlp(x)).squeeze(-1) / limit)
+        classical = inputs.features[:, int(self.config["classical_feature"])]
+        raw = classical + math.log(INITIAL_ETA) + correction
         return StepControllerOutput(soft_clamp(raw, LOG_STEP_LIMIT))
 
 
@@ -102,5 +114,6 @@ def build_step_controller_net(
         layers=int(config["layers"]),
         history=int(config["history"]),
         classical_feature=int(config["classical_feature"]),
+        correction=float(config.get("correction", 2.0)),
         dtype=dtype,
     )

@@ -51,7 +51,7 @@ from dynaforge.systems.nbody_schemes import SCHEMES, Composition
 
 FEATURE_NAMES = (
     "log_classical_timescale",  # log(tau_classical / T0), the classical criterion's time scale
-    "log_min_distance",  # log(min_ij s_ij / L0)
+    "log_min_distance",  # log(soft min_ij s_ij / L0); "closest pair" below: the soft closest pair
     "log_mean_distance",  # log(mean_ij s_ij / L0)
     "log_closest_pair_speed",  # log(|v_j - v_i| / V0) of the closest pair
     "log_max_acceleration",  # log(max_i |a_i| / A0)
@@ -63,9 +63,14 @@ FEATURE_NAMES = (
     "log_kinetic_energy",  # log(K / (M V0^2))
     "closest_pair_eccentricity",  # e of the closest pair's two-body orbit (clamped to [0, 3])
     "log_closest_pair_pericentre_ratio",  # log(s / q), q the pericentre of that orbit (clamped to [0, 20])
+    "log_softmin_body_timescale",  # log(softmin_i tau_i / T0), tau_i the classical time scale of body i
+    "log_mean_body_timescale",  # mean_i log(tau_i / T0)
+    "log_error_timescale",  # log(tau_H / T0), tau_H = sqrt(M V0^2 / |H2|) (see `leapfrog_error_term`)
+    "error_term_sign",  # H2 / (|vHv| / 12 + F^2 / 24): where the leapfrog energy error swings
 )
 CLASSICAL_FEATURE = 0
 TINY = 1e-12  # floor (relative to the scale) of speeds and accelerations inside logarithms
+SOFTMIN_SHARPNESS = 4.0  # of the soft minima over bodies (log-sum-exp of -4 log tau_i) and over pairs
 FAR = 1e60  # stands for the distance of a body to itself, so minima skip it (its cube stays finite)
 
 
@@ -121,15 +126,54 @@ def pair_view(state: BodyState, params: BodyParams) -> PairView:
     return PairView(distance, speed, (d * w).sum(-1).abs())
 
 
-def classical_timescale(
+def body_timescales(
     pairs: PairView, accelerations: Float[Tensor, "batch bodies 3"], floor: Tensor
-) -> Float[Tensor, " batch"]:
-    """min_i min(min_j s_ij / |v_ij|, sqrt(min_j s_ij / |a_i|)); `floor` (batch,) bounds |v| and |a| below."""
+) -> Float[Tensor, "batch bodies"]:
+    """tau_i = min(min_j s_ij / |v_ij|, sqrt(min_j s_ij / |a_i|)); `floor` (batch,) bounds |v| and |a| below."""
     fly_by = (pairs.distance / torch.maximum(pairs.speed, floor.view(-1, 1, 1))).amin(2)
     nearest = pairs.distance.amin(2)
     magnitude = torch.sqrt((accelerations * accelerations).sum(-1) + floor.view(-1, 1) ** 2)
     free_fall = torch.sqrt(nearest / magnitude)
-    return torch.minimum(fly_by, free_fall).amin(1)
+    return torch.minimum(fly_by, free_fall)
+
+
+def classical_timescale(
+    pairs: PairView, accelerations: Float[Tensor, "batch bodies 3"], floor: Tensor
+) -> Float[Tensor, " batch"]:
+    """min_i tau_i (see `body_timescales`)."""
+    return body_timescales(pairs, accelerations, floor).amin(1)
+
+
+class ErrorTerm(NamedTuple):
+    """Pieces of leapfrog's leading modified-energy term H2 = vHv / 12 - F^2 / 24 (per system)."""
+
+    hessian: Float[Tensor, " batch"]
+    """vHv = sum_(i<j) m_i m_j (|w_ij|^2 / s_ij^3 - 3 (d_ij . w_ij)^2 / s_ij^5), the potential's Hessian
+    applied twice to the velocities (d_ij, w_ij the relative position and velocity)."""
+    force: Float[Tensor, " batch"]
+    """F^2 = sum_i m_i |a_i|^2."""
+
+    @property
+    def value(self) -> Tensor:
+        return self.hessian / 12.0 - self.force / 24.0
+
+
+def leapfrog_error_term(state: BodyState, current: Gravity, params: BodyParams) -> ErrorTerm:
+    """Kick-drift-kick leapfrog at step h conserves H + h^2 H2 + O(h^4), so the energy error at a state is
+    about -h^2 (H2(y) - H2(y0)); H2 (this) is even in the velocities and permutation invariant. (The
+    external perturber's Hessian is left out: it only enters through F^2.)"""
+    d = pair_separations(state.positions)
+    w = pair_separations(state.velocities)
+    n = d.shape[1]
+    eye = torch.eye(n, dtype=d.dtype, device=d.device)
+    r2 = (d * d).sum(-1) + (params.softening**2).view(-1, 1, 1) + eye
+    inv = torch.rsqrt(r2) * (1.0 - eye)
+    m = params.masses
+    pair_mass = m.unsqueeze(1) * m.unsqueeze(2)
+    radial = (d * w).sum(-1)
+    hessian = 0.5 * (pair_mass * ((w * w).sum(-1) * inv**3 - 3.0 * radial**2 * inv**5)).sum((1, 2))
+    force = (m * (current.accelerations**2).sum(-1)).sum(1)
+    return ErrorTerm(hessian, force)
 
 
 def controller_features(
@@ -146,32 +190,46 @@ def controller_features(
     L0, V0, A0, T0 = (s.view(-1, 1) for s in scales)
     off_diagonal = 1.0 - torch.eye(n, dtype=m.dtype, device=m.device)
     acc = torch.sqrt((current.accelerations**2).sum(-1) + (TINY * A0) ** 2)  # (B, N)
-    tau = classical_timescale(pairs, current.accelerations, TINY * V0.view(-1)).view(-1, 1)
-    flat = pairs.distance.reshape(batch, n * n)
-    closest = flat.argmin(1, keepdim=True)
-    s_min = flat.gather(1, closest)
+    log_tau_i = torch.log(body_timescales(pairs, current.accelerations, TINY * V0.view(-1)) / T0)  # (B, N)
+    # The "closest pair" is a soft one: pair quantities averaged with weights softmax(-k log s_ij), so the
+    # features stay continuous when another pair becomes the closest (the reversible recursion wants a
+    # smooth h(y)); with one pair (Kepler) it is that pair.
+    log_distance = torch.log(pairs.distance).reshape(batch, n * n)
+    weight = torch.softmax(-SOFTMIN_SHARPNESS * log_distance, dim=1)  # FAR on the diagonal: weight 0
+    s_min = torch.exp((weight * log_distance).sum(1, keepdim=True))
     s_mean = (pairs.distance * off_diagonal).sum((1, 2)).view(-1, 1) / (n * (n - 1))
-    speed = pairs.speed.reshape(batch, n * n).gather(1, closest)
+    log_speed = torch.log(pairs.speed.clamp_min(TINY)).reshape(batch, n * n)
+    speed = torch.exp((weight * log_speed).sum(1, keepdim=True))
     pair_mass = (m.unsqueeze(1) + m.unsqueeze(2)).reshape(batch, n * n)
     free_fall = torch.sqrt(pairs.distance**3 / (m.unsqueeze(1) + m.unsqueeze(2))).reshape(batch, n * n)
-    alignment = pairs.radial.reshape(batch, n * n).gather(1, closest) / (s_min * speed.clamp_min(TINY))
+    cosine = pairs.radial / (pairs.distance * pairs.speed.clamp_min(TINY))
+    alignment = (weight * cosine.reshape(batch, n * n)).sum(1, keepdim=True)
     kinetic = kinetic_energy(state.velocities, m).view(-1, 1)
     total = m.sum(1, keepdim=True)
-    eccentricity, pericentre = pair_orbit(s_min, speed, alignment, pair_mass.gather(1, closest))
+    close_mass = (weight * pair_mass).sum(1, keepdim=True)
+    eccentricity, pericentre = pair_orbit(s_min, speed, alignment.clamp(0.0, 1.0), close_mass)
+    term = leapfrog_error_term(state, current, params)
+    swing = (term.hessian.abs() / 12.0 + term.force / 24.0).view(-1, 1)
+    energy_scale = total * V0**2
+    error_time = torch.sqrt(energy_scale / (term.value.abs().view(-1, 1) + TINY * energy_scale / T0**2))
     columns = [
-        torch.log(tau / T0),
+        log_tau_i.amin(1, keepdim=True),
         torch.log(s_min / L0),
         torch.log(s_mean / L0),
         torch.log(speed.clamp_min(TINY * V0) / V0),
         torch.log(acc.amax(1, keepdim=True) / A0),
         torch.log(acc.mean(1, keepdim=True) / A0),
         torch.log(free_fall.amin(1, keepdim=True) / T0),
-        torch.log(pair_mass.gather(1, closest) / total),
+        torch.log(close_mass / total),
         alignment.clamp(0.0, 1.0),
         params.softening.view(-1, 1) / s_min,
         torch.log(kinetic.clamp_min(TINY * total * V0**2) / (total * V0**2)),
         eccentricity.clamp(0.0, 3.0),
         torch.log(s_min / pericentre.clamp_min(s_min * math.exp(-20.0))).clamp(0.0, 20.0),
+        -torch.logsumexp(-SOFTMIN_SHARPNESS * log_tau_i, dim=1, keepdim=True) / SOFTMIN_SHARPNESS,
+        log_tau_i.mean(1, keepdim=True),
+        torch.log(error_time / T0),
+        term.value.view(-1, 1) / swing.clamp_min(TINY * energy_scale / T0**2),
     ]
     return torch.cat(columns, dim=1)
 

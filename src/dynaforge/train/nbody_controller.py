@@ -1,25 +1,27 @@
 """Train the learned N-body step controller by differentiating through the integrator.
 
-A small self-contained loop (Adam, then optional L-BFGS) in the order the general trainer engine will use:
-take the next window of a stream of systems, forward (integrate with the controller choosing the steps),
-loss, backward, clip, step, log, evaluate, checkpoint. The pieces the engine needs are separate functions:
-`build_training_systems` (the data), `window_loss` (forward + loss, `TimestepperConfig` documents it),
-`detach_run` (the truncation point), and `Trainer.payload` / `Trainer.restore` (what a checkpoint holds;
-written with `dynaforge.train.checkpoint`).
+The loop (`Trainer.run`) takes, in order: the next window of a stream of systems, forward (integrate with
+the controller choosing the steps), loss, backward, clip, optimiser step, schedule step, log, evaluate,
+checkpoint; then optional L-BFGS iterations on fixed validation episodes. It runs on the trainer engine's
+pieces: `build_optimizer` / `build_scheduler` (`timestepper.optimizer`, `timestepper.schedule`),
+`MetricsLog` and `environment` (metrics.jsonl), `WandbLogger` (`timestepper.wandb`), `save_checkpoint` /
+`load_checkpoint` and `rng_state`. What is particular to the controller: `build_training_systems` (the
+data), `window_loss` (forward + loss, `TimestepperConfig` documents it), `detach_run` (the truncation
+point), and the systems in flight that a checkpoint carries.
 
 Run folder (`--out RUN`):
     config.yaml               the full resolved config
-    metrics.jsonl             one JSON object per logged step (and per evaluation, with "val_" keys)
-    checkpoints/last.pt       model, optimiser, step, phase, RNG state, best validation loss, model config,
-                              feature names, full config, the training systems (initial conditions and
-                              episode start states) and the systems in flight, so a resume is exact
+    metrics.jsonl             a `header` line (code version, environment), then `train` lines (every
+                              `log_every` steps), `validation` lines (every `eval_every`) and `resume` lines
+    checkpoints/last.pt       model, optimiser, schedule, step, phase, RNG states, validation losses, model
+                              config, feature names, full config, the training systems (initial conditions
+                              and episode start states) and the systems in flight, so a resume is exact
     checkpoints/best.pt       the same at the best validation loss so far
 Checkpoints are written atomically and load with torch.load(..., weights_only=True).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -31,11 +33,12 @@ import torch
 from torch import Tensor
 
 import dynaforge
-from dynaforge.atomic import atomic_write_text
 from dynaforge.config import (
     Config,
     ConfigError,
     ControllerSystemsConfig,
+    TimestepperConfig,
+    TrainConfig,
     config_differences,
     config_to_dict,
     resolve_device,
@@ -53,7 +56,16 @@ from dynaforge.systems.nbody_control import (
     RunState,
 )
 from dynaforge.systems.nbody_initial import kepler_relative_state, random_cluster
-from dynaforge.train.checkpoint import CHECKPOINT_VERSION, load_checkpoint, save_checkpoint
+from dynaforge.train.checkpoint import (
+    CHECKPOINT_VERSION,
+    load_checkpoint,
+    restore_rng_state,
+    rng_state,
+    save_checkpoint,
+)
+from dynaforge.train.log import MetricsLog, WandbLogger, environment
+from dynaforge.train.optim import build_optimizer
+from dynaforge.train.schedule import build_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +78,7 @@ RESUMABLE_KEYS = (
     "timestepper.eval_every",
     "timestepper.checkpoint_every",
     "timestepper.device",
+    "timestepper.wandb",
 )
 """Config keys a resumed run may change (the rest must match the checkpoint's config)."""
 
@@ -212,7 +225,10 @@ def window_loss(
     mean_log_step = log_step.mean()
     # Scale-free cost (see TimestepperConfig): unchanged when every step is scaled by one factor.
     soft_max = torch.logsumexp(SOFT_MAX_SHARPNESS * torch.log(error), dim=1) / SOFT_MAX_SHARPNESS
-    shape_cost = (0.5 * soft_max).mean() - mean_log_step
+    # log of the mean step, not the mean log step: over a fixed time the step count is 1 / mean(h), and
+    # the mean of log h would also penalise varying steps (Jensen), i.e. favour fixed-step behaviour.
+    log_mean_step = torch.logsumexp(log_step, dim=1) - math.log(window)
+    shape_cost = (0.5 * soft_max - log_mean_step).mean()
     loss = penalty * (penalty_high + penalty_low) - reward * mean_log_step + shape * shape_cost
     result = WindowLoss(
         loss,
@@ -280,6 +296,7 @@ def new_net(config: Config, device: str) -> StepControllerNet:
             hidden=model.hidden,
             layers=model.layers,
             history=model.history,
+            correction=model.correction,
             classical_feature=CLASSICAL_FEATURE,
         )
     return net.to(device)
@@ -298,8 +315,26 @@ class Stream(NamedTuple):
     """Windows done since the episode started."""
 
 
+def engine_settings(t: TimestepperConfig) -> TrainConfig:
+    """The trainer engine's view of the controller's optimiser settings (`build_optimizer`, `build_scheduler`)."""
+    return TrainConfig(
+        lr=t.lr,
+        weight_decay=t.weight_decay,
+        optimizer=t.optimizer,
+        schedule=t.schedule,
+        grad_clip=t.grad_clip,
+    )
+
+
 class Trainer:
-    """Holds the objects of one controller training run; `run` is the loop."""
+    """Holds the objects of one controller training run; `run` is the loop.
+
+    Built from the trainer engine's pieces: `build_optimizer` and `build_scheduler` (`timestepper.optimizer`,
+    `timestepper.schedule`), `MetricsLog` (metrics.jsonl with an environment header; a resume drops the lines
+    after the checkpoint), `WandbLogger` (optional), `save_checkpoint` / `load_checkpoint` (atomic, plain
+    data) and `rng_state`. What is particular to the controller is the data (streams of systems integrated
+    across optimiser steps, `window_loss`) and the optional L-BFGS phase.
+    """
 
     def __init__(self, config: Config, out: str | Path, resume: bool = False) -> None:
         self.config = config
@@ -312,7 +347,10 @@ class Trainer:
         self.step = 0
         self.phase = "adam"
         self.best = math.inf
+        self.val_loss = math.inf
         self.streams: dict[str, Stream] = {}
+        self.metrics = MetricsLog(self.paths.metrics)
+        self.wandb: WandbLogger | None = None
         if self.paths.last.exists() and resume:
             self.restore(load_controller_checkpoint(self.paths.last, self.device))
         elif self.paths.last.exists():
@@ -326,16 +364,25 @@ class Trainer:
                 k: v.to(self.device) for k, v in build_training_systems(self.t.systems, self.t.seed).items()
             }
             self.net = new_net(config, self.device)
-            self.optimizer = self.adam()
-            self.paths.root.mkdir(parents=True, exist_ok=True)
+            self.optimizer = build_optimizer(self.net, engine_settings(self.t))
+            self.scheduler = build_scheduler(self.optimizer, engine_settings(self.t), self.t.steps)
+            self.paths.checkpoints.mkdir(parents=True, exist_ok=True)
             save_config(config, self.paths.config)
-            atomic_write_text(self.paths.metrics, "")
+            self.metrics.start(self.header())
         self.groups = group_names(self.systems)
+        if self.t.wandb.enabled:
+            self.wandb = WandbLogger(self.t.wandb, self.paths.root, config_to_dict(config))
+
+    def header(self) -> dict[str, Any]:
+        return {
+            **environment(),
+            "device": str(self.device),
+            "parameters": sum(p.numel() for p in self.net.parameters()),
+            "feature_names": list(FEATURE_NAMES),
+            "groups": {g: int(self.systems[f"{g}/positions"].shape[0]) for g in group_names(self.systems)},
+        }
 
     # ---- objects ---------------------------------------------------------------------------------
-
-    def adam(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.net.parameters(), lr=self.t.lr)
 
     def lbfgs(self) -> torch.optim.Optimizer:
         return torch.optim.LBFGS(
@@ -367,10 +414,14 @@ class Trainer:
             "model_config": dict(self.net.config),
             "feature_names": list(FEATURE_NAMES),
             "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
             "phase": self.phase,
             "step": self.step,
-            "best": self.best,
+            "complete": self.step == self.t.steps + self.t.lbfgs_steps,
+            "val_loss": self.val_loss,
+            "best_val_loss": self.best,
             "generator": self.generator.get_state(),
+            "rng": [rng_state()],
             "streams": streams,
             "config": config_to_dict(self.config),
             "training_systems": {k: v.cpu() for k, v in self.systems.items()},
@@ -381,7 +432,7 @@ class Trainer:
         differences = [
             d
             for d in config_differences(saved, config_to_dict(self.config))
-            if d.split(":")[0] not in RESUMABLE_KEYS
+            if not d.split(":")[0].startswith(RESUMABLE_KEYS)
         ]
         if differences:
             raise ConfigError(
@@ -392,11 +443,17 @@ class Trainer:
         self.net = build_step_controller_net(checkpoint["model_config"]).to(self.device)
         self.net.load_state_dict(checkpoint["model"])
         self.phase = checkpoint["phase"]
-        self.optimizer = self.adam() if self.phase == "adam" else self.lbfgs()
+        settings = engine_settings(self.t)
+        adam = build_optimizer(self.net, settings)
+        self.scheduler = build_scheduler(adam, settings, self.t.steps)
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        self.optimizer = adam if self.phase == "adam" else self.lbfgs()
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.step = int(checkpoint["step"])
-        self.best = float(checkpoint["best"])
+        self.best = float(checkpoint["best_val_loss"])
+        self.val_loss = float(checkpoint["val_loss"])
         self.generator.set_state(checkpoint["generator"])
+        restore_rng_state(checkpoint["rng"][0])
         flat = checkpoint["streams"]
         for group in sorted({key.split(".")[0] for key in flat}):
             size = flat[f"{group}.params.masses"].shape[0]
@@ -407,36 +464,42 @@ class Trainer:
             )
             run = restore_tensors(template.run, f"{group}.run", flat, self.device)
             self.streams[group] = Stream(params, run, int(flat[f"{group}.windows"]))
-        truncate_metrics(self.paths.metrics, self.step)
+        self.metrics.resume(self.step, {"kind": "resume", "step": self.step, "phase": self.phase})
         log.info("resumed %s at step %d (%s)", self.paths.root, self.step, self.phase)
 
     # ---- the loop ------------------------------------------------------------------------------------
 
     def run(self, stop_after: int | None = None) -> dict[str, Any]:
-        """Adam for `steps`, then `lbfgs_steps` L-BFGS iterations; returns the last validation metrics.
+        """`steps` first-order steps, then `lbfgs_steps` L-BFGS iterations; returns the last validation
+        metrics.
 
         `stop_after` ends the run early after that global step (a stand-in for a killed run in tests).
         """
         total = self.t.steps + self.t.lbfgs_steps
         last_eval: dict[str, Any] = {}
         started = time.perf_counter()
-        while self.step < total:
-            if self.step == self.t.steps and self.phase == "adam":
-                self.phase, self.optimizer = "lbfgs", self.lbfgs()
-            metrics = self.adam_step() if self.phase == "adam" else self.lbfgs_step()
-            self.step += 1
-            if self.step % self.t.log_every == 0 or self.step == total:
-                self.log_metrics(metrics | {"seconds": time.perf_counter() - started})
-            if self.step % self.t.eval_every == 0 or self.step == total:
-                last_eval = self.evaluate()
-            if self.step % self.t.checkpoint_every == 0 or self.step == total:
-                save_checkpoint(self.paths.last, self.payload())
-            if stop_after is not None and self.step >= stop_after:
-                break
+        try:
+            while self.step < total:
+                if self.step == self.t.steps and self.phase == "adam":
+                    self.phase, self.optimizer = "lbfgs", self.lbfgs()
+                metrics = self.adam_step() if self.phase == "adam" else self.lbfgs_step()
+                self.step += 1
+                if self.step % self.t.log_every == 0 or self.step == total:
+                    self.log_metrics(metrics | {"seconds": time.perf_counter() - started})
+                if self.step % self.t.eval_every == 0 or self.step == total:
+                    last_eval = self.evaluate()
+                if self.step % self.t.checkpoint_every == 0 or self.step == total:
+                    save_checkpoint(self.paths.last, self.payload())
+                if stop_after is not None and self.step >= stop_after:
+                    break
+        finally:
+            if self.wandb is not None:
+                self.wandb.finish()
         return last_eval
 
     def adam_step(self) -> dict[str, Any]:
-        """One window of one group's stream: forward through the integrator, loss, backward, clip, step."""
+        """One window of one group's stream: forward through the integrator, loss, backward, clip, step,
+        schedule."""
         self.net.train()
         group = self.groups[self.step % len(self.groups)]
         stream = self.streams.get(group)
@@ -455,6 +518,7 @@ class Trainer:
         result.loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.t.grad_clip)
         self.optimizer.step()
+        self.scheduler.step()
         self.streams[group] = Stream(stream.params, detach_run(run), stream.windows + 1)
         return self.step_metrics(group, result, norm)
 
@@ -486,7 +550,7 @@ class Trainer:
 
     def episode_losses(self, backward: bool) -> tuple[Tensor, WindowLoss]:
         """Mean window loss over one full episode per group from the validation starts (back-propagated
-        window by window when `backward`); also the last window's details of the first group."""
+        window by window when `backward`); also the first window's details."""
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         count = 0
         first: WindowLoss | None = None
@@ -508,8 +572,9 @@ class Trainer:
         return total / count, first
 
     def evaluate(self) -> dict[str, Any]:
+        """Fixed validation episodes per group; best.pt when the loss improved."""
         self.net.eval()
-        results: dict[str, Any] = {"step": self.step}
+        results: dict[str, Any] = {"kind": "validation", "step": self.step}
         losses = []
         with torch.no_grad():
             for group in self.groups:
@@ -530,18 +595,21 @@ class Trainer:
                 )
                 results[f"val_{group}_max_error"] = max(float(r.max_error) for r in parts)
                 results[f"val_{group}_shape_cost"] = sum(float(r.shape_cost) for r in parts) / len(parts)
-        results["val_loss"] = sum(losses) / len(losses)
+        results["val_loss"] = self.val_loss = sum(losses) / len(losses)
+        results["best"] = self.val_loss < self.best
         self.log_metrics(results)
-        if results["val_loss"] < self.best:
-            self.best = results["val_loss"]
+        if results["best"]:
+            self.best = self.val_loss
             save_checkpoint(self.paths.best, self.payload())
         return results
 
     def step_metrics(self, group: str, result: WindowLoss, norm: Tensor) -> dict[str, Any]:
         return {
+            "kind": "train",
             "step": self.step + 1,
             "phase": self.phase,
             "group": group,
+            "lr": float(self.optimizer.param_groups[0]["lr"]),
             "loss": float(result.loss.detach()),
             "penalty_high": float(result.penalty_high),
             "penalty_low": float(result.penalty_low),
@@ -553,9 +621,10 @@ class Trainer:
         }
 
     def log_metrics(self, metrics: dict[str, Any]) -> None:
-        with open(self.paths.metrics, "a") as handle:
-            handle.write(json.dumps(metrics) + "\n")
-        if "loss" in metrics:
+        self.metrics.write(metrics)
+        if self.wandb is not None:
+            self.wandb.log(metrics)
+        if metrics["kind"] == "train":
             log.info(
                 "step %d %s loss %.4g log(h/T0) %.3f above-band %.2f |g| %.3g",
                 metrics["step"],
@@ -567,16 +636,6 @@ class Trainer:
             )
         else:
             log.info("step %d validation loss %.4g", metrics["step"], metrics["val_loss"])
-
-
-def truncate_metrics(path: Path, step: int) -> None:
-    """Drop lines logged after `step` (written by a run killed before its next checkpoint)."""
-    if not path.exists():
-        return
-    kept = [
-        line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step
-    ]
-    atomic_write_text(path, "".join(f"{line}\n" for line in kept))
 
 
 def train_controller(
