@@ -43,7 +43,6 @@ from torch import Tensor, nn
 from dynaforge.atomic import atomic_path
 from dynaforge.models import ModelInput, ModelOutput, ModelShape, model_from_checkpoint
 from dynaforge.models.dt_predictor import (
-    LOG_STEP_LIMIT,
     StepControllerInput,
     StepControllerNet,
     build_step_controller_net,
@@ -146,29 +145,6 @@ class FeaturesToLogStep(nn.Module):
         history: Float[Tensor, "batch k features"] | None = None,
     ) -> Float[Tensor, " batch"]:
         return self.net(StepControllerInput(features=features, history=history)).log_step
-
-
-class ExportableFeaturesToLogStep(FeaturesToLogStep):
-    """`FeaturesToLogStep` computed with operators onnxruntime runs in float64.
-
-    onnxruntime's CPU Softplus has no float64 kernel, so the soft clamp's softplus is written as
-    relu(y) + log(1 + exp(-|y|)) (the same function, overflow-free); verification compares this graph with
-    the network's own forward.
-    """
-
-    def forward(
-        self,
-        features: Float[Tensor, "batch features"],
-        history: Float[Tensor, "batch k features"] | None = None,
-    ) -> Float[Tensor, " batch"]:
-        x = features if history is None else torch.cat([features, history.flatten(1)], dim=1)
-        raw = (self.net.linear(x) + self.net.mlp(x)).squeeze(-1)
-        limit = LOG_STEP_LIMIT
-        return raw - softplus_float64(raw - limit) + softplus_float64(-limit - raw)
-
-
-def softplus_float64(y: Tensor) -> Tensor:
-    return torch.relu(y) + torch.log(1.0 + torch.exp(-torch.abs(y)))
 
 
 def export_run(
@@ -362,7 +338,7 @@ def controller_exportable(state: dict[str, Any]) -> Exportable:
         "outputs": {"log_step": ["batch"]},
     }
     return Exportable(
-        ExportableFeaturesToLogStep(net).eval(),
+        FeaturesToLogStep(net).eval(),
         FeaturesToLogStep(net).eval(),
         names,
         ["log_step"],

@@ -72,6 +72,9 @@ class StepControllerNet(nn.Module):
         last = nn.Linear(width, 1, dtype=dtype)
         blocks.append(last)
         self.mlp = nn.Sequential(*blocks)
+        # A tensor of the network's dtype, not a Python float: the ONNX exporter stores Python scalars as
+        # float32 constants, which would shift every exported float64 step by ~1e-8.
+        self.register_buffer("log_eta", torch.tensor(math.log(INITIAL_ETA), dtype=dtype), persistent=False)
         with torch.no_grad():
             # Start from the classical criterion (see the module docstring); deliberate in-place init.
             self.linear.weight.zero_()
@@ -94,14 +97,20 @@ class StepControllerNet(nn.Module):
         limit = float(self.config["correction"])
         correction = limit * torch.tanh((self.linear(x) + self.mlp(x)).squeeze(-1) / limit)
         classical = inputs.features[:, int(self.config["classical_feature"])]
-        raw = classical + math.log(INITIAL_ETA) + correction
+        raw = classical + self.log_eta + correction
         return StepControllerOutput(soft_clamp(raw, LOG_STEP_LIMIT))
 
 
 def soft_clamp(x: Tensor, limit: float) -> Tensor:
     """x inside (-limit, limit) (identity to ~exp(-limit / 2) for |x| < limit / 2), smooth, with gradient."""
-    softplus = torch.nn.functional.softplus
     return x - softplus(x - limit) + softplus(-limit - x)
+
+
+def softplus(y: Tensor) -> Tensor:
+    """log(1 + exp(y)) as relu(y) + log(1 + exp(-|y|)): overflow-free, and built from operators that
+    onnxruntime runs in float64 (its Softplus kernel has no float64 version), so the exported controller
+    is this very function."""
+    return torch.relu(y) + torch.log(1.0 + torch.exp(-torch.abs(y)))
 
 
 def build_step_controller_net(
