@@ -10,7 +10,9 @@ fields (wavenumbers <= 10, max |u0| = 1). The transient ends by t ~ 20. Models s
 Trained here, in the same process, on the same train split:
 - the stack: `dynaforge train ... stage=all` (dynaforge.train.stages): latent operator (width 64, patch 4,
   4 blocks alternating token and channel attention, one U-merge level), residual corrector (flow matching,
-  S = 8 Euler steps), its 1-step distilled student, and the steady-state prior (trained, not scored here);
+  S = 8 Euler steps, trained on k-step rollout residuals), its 2-step distilled student (S / 4 network
+  calls, distilled at the scoring temperature from the same noise as the teacher), and the steady-state
+  prior (trained, not scored here);
 - the quickstart FNO (configs/quickstart.yaml's model and optimiser: width 32, 16 modes, 4 layers, lr 3e-3,
   cosine schedule, one-step MSE) with the shared trainer, for as many epochs as fit in the wall time the
   stack's operator + corrector + distillation stages took (one timing epoch first, not counted).
@@ -24,16 +26,22 @@ rolled out 100 model steps (100 time units, several Lyapunov times):
 - cost: wall time per rollout step (batch of all test trajectories, one thread);
 - ensembles of 8 corrected rollouts: the Pearson correlation between the members' spread and the error of
   their mean over (trajectory, step), for steps 1-40 (before the error saturates) and all steps.
-The corrector runs every step (k = 1); k = 4 is reported in the notes. Each corrector is scored with one
-draw of the residual per correction (a sample) and with the mean of 4 draws (an estimate of the residual's
-conditional mean: less spread, lower expected error). The distilled student's share of the S-step
-corrector's improvement is reported for both, with the cost of each per rollout step.
+The corrector learns truth(t + k) - the operator's k-step rollout from the true frames at t and runs every
+k steps (--interval k, default INTERVAL); the other interval (every 4 steps for k = 1, every step
+otherwise) is reported in the notes. Each corrector is scored with one draw of the residual per correction
+(a sample, temperature 1), with the mean of 4 draws (an estimate of the residual's conditional mean), and
+with one draw at temperature TEMPERATURE (the noise scaled down before sampling: draws nearer the flow's
+image of the noise mean, less injected spread). The distilled student's share of the S-step corrector's
+improvement is reported for each, with the cost per rollout step. An ABLATION (not a diffusion model, not
+a claim): the same network regressing the residual's conditional mean with MSE, no noise.
 
 Sizes (full): 16 train / 8 val / 16 test trajectories; operator 4 epochs (lr 3e-3, 2 unrolled calls, spectral
-weight 0.1), corrector 2 epochs, distillation 1 epoch, steady prior 3 epochs; about 10 minutes on one core.
+weight 0.1), corrector 2 epochs, distillation 2 epochs, ablation 2 epochs, steady prior 3 epochs; about 12
+minutes on one core.
 
-Run: `.venv/bin/python benchmarks/latent_stack.py [--quick] [--work DIR]` (`--work` keeps the data, the
-stack and the FNO; a rerun with the same folder only rescores). Writes benchmarks/results/latent_stack.json
+Run: `.venv/bin/python benchmarks/latent_stack.py [--quick] [--work DIR] [--interval K]
+[--retrain-corrector]` (`--work` keeps the data, the stack and the FNO; a rerun with the same folder only
+rescores; `--retrain-corrector` retrains the corrector, student and ablation on the kept operator). Writes benchmarks/results/latent_stack.json
 (ratio > 1: the first-named method is better; --quick writes nothing unless --out is given). Timings on a
 shared machine are provisional.
 """
@@ -44,6 +52,7 @@ import argparse
 import dataclasses
 import json
 import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -52,7 +61,7 @@ from typing import Any
 import torch
 
 from dynaforge.atomic import atomic_write_json
-from dynaforge.config import Config, load_config
+from dynaforge.config import Config, load_config, save_config
 from dynaforge.data.windows import fields_to_channels_first
 from dynaforge.evaluate.latent_stack import (
     Corrector,
@@ -65,11 +74,21 @@ from dynaforge.evaluate.latent_stack import (
 from dynaforge.evaluate.metrics import nrmse_per_frame
 from dynaforge.evaluate.rollout import predict_physical
 from dynaforge.evaluate.spectral import energy_spectrum
+from dynaforge.models.flow import FlowInput, FlowOutput
 from dynaforge.models.latent import Conditions
 from dynaforge.models.registry import model_from_checkpoint
 from dynaforge.store import DatasetFolder, generate
 from dynaforge.train.checkpoint import load_checkpoint
-from dynaforge.train.stages import run_stages
+from dynaforge.train.losses import mse_loss
+from dynaforge.train.stages import (
+    CorrectorTask,
+    StageContext,
+    collate,
+    fit,
+    load_operator,
+    model_scale,
+    run_stages,
+)
 from dynaforge.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,15 +98,26 @@ START_FRAME = 60
 SPECTRUM_RANGE = 1e-6
 """Shells whose true energy is below this fraction of the peak are left out of the spectrum error."""
 
+INTERVAL = 4
+"""k: the corrector is trained on k-step rollout residuals and applied every k steps (--interval)."""
+DISTILL_TEMPERATURE = 0.25
+"""Noise scale the student is distilled at (= TEMPERATURE: the temperature it is scored at)."""
+ABLATION = "mean_regression_ablation"
+"""Folder (under the stack) of the deterministic conditional-mean regressor, an ablation (see MeanResidualTask)."""
+STUDENT_STEPS = 2
+"""Sampler steps of the distilled student (S / 4 = 2: a quarter of the teacher's network evaluations)."""
+TEMPERATURE = 0.25
+"""Noise scale of the reduced-temperature variants (Corrector.temperature)."""
+
 SIZES = {
     # name: (n_train, n_test, operator epochs, corrector epochs, distill epochs, steady epochs, rollout steps,
     #        ensemble members)
-    "full": (16, 16, 4, 2, 1, 3, 100, 8),
+    "full": (16, 16, 4, 2, 2, 3, 100, 8),
     "quick": (6, 4, 1, 1, 1, 1, 30, 3),
 }
 
 
-def stack_config(quick: bool) -> Config:
+def stack_config(quick: bool, interval: int = INTERVAL) -> Config:
     n_train, n_test, op, corr, dist, steady, _, _ = SIZES["quick" if quick else "full"]
     return load_config(
         ROOT / "configs" / "ks1d.yaml",
@@ -123,9 +153,11 @@ def stack_config(quick: bool) -> Config:
             f"stages.diffusion_residual.epochs={corr}",
             "stages.diffusion_residual.lr=0.002",
             "stages.diffusion_residual.sampler_steps=8",
+            f"stages.diffusion_residual.interval={interval}",
             f"stages.consistency_distill.epochs={dist}",
             "stages.consistency_distill.lr=0.0005",
-            "stages.consistency_distill.student_steps=1",
+            f"stages.consistency_distill.student_steps={STUDENT_STEPS}",
+            f"stages.consistency_distill.temperature={DISTILL_TEMPERATURE}",
             f"stages.steady_prior.epochs={steady}",
             "stages.steady_prior.last_frames=50",
         ],
@@ -184,7 +216,7 @@ def stack_rollout(
     inputs: torch.Tensor,
     params: torch.Tensor,
     steps: int,
-    every: int = 1,
+    every: int | None = None,
     seed: int = 0,
 ) -> torch.Tensor:
     """A (corrected) rollout in physical units."""
@@ -255,19 +287,98 @@ def main() -> None:
     parser.add_argument("--work", default=None, help="work folder (default: a temporary one)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--out", default=str(RESULTS), help="results JSON")
+    parser.add_argument(
+        "--interval", type=int, default=INTERVAL, help=f"corrector interval k (default {INTERVAL})"
+    )
+    parser.add_argument(
+        "--retrain-corrector",
+        action="store_true",
+        help="with --work: drop the corrector and student stages so they retrain (the operator is kept)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(args.work) if args.work else Path(scratch)
-        results = run(work, args.quick)
+        if args.retrain_corrector:
+            drop_corrector_stages(work / "stack", stack_config(args.quick, args.interval))
+        results = run(work, args.quick, args.interval)
     if not args.quick or args.out != str(RESULTS):
         atomic_write_json(args.out, results)
     print(json.dumps(results, indent=1))
 
 
-def run(work: Path, quick: bool) -> list[dict[str, Any]]:
+class MeanResidualTask(CorrectorTask):
+    """ABLATION, not a diffusion model: the corrector's network (same inputs, same k-step examples) regresses
+    the residual's conditional mean with MSE, at flow time 0 and a zero state; no noise anywhere."""
+
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        example = self.example(batch)
+        target = (example.truth - example.prediction) / model_scale(model)
+        return mse_loss(mean_residual(model, example.condition, batch[2]), target)
+
+    def validate(self, model: torch.nn.Module) -> float:
+        """RMS error of prediction + regressed residual against the truth (normalised units)."""
+        device = next(model.parameters()).device
+        errors = []
+        for lo in range(0, len(self.val_indices), self.config.data.batch_size):
+            batch = collate(self.val, self.val_indices[lo : lo + self.config.data.batch_size], device)
+            example = self.example(batch)
+            residual = mean_residual(model, example.condition, batch[2]) * model_scale(model)
+            errors.append((example.prediction + residual - example.truth).square().flatten(1).mean(1).sqrt())
+        return float(torch.cat(errors).mean())
+
+
+def mean_residual(model: torch.nn.Module, condition: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    state = torch.zeros_like(condition[:, 0])
+    time = torch.zeros(state.shape[0], dtype=state.dtype, device=state.device)
+    return model(FlowInput(state=state, time=time, condition=condition, params=params)).velocity
+
+
+class MeanAsOneStepFlow(torch.nn.Module):
+    """Wraps the ablation's regressor as a 1-step "flow" whose Euler step lands on the regressed residual
+    whatever the noise (velocity = mean - x at t = 0), so the same rollout code runs it."""
+
+    def __init__(self, regressor: torch.nn.Module) -> None:
+        super().__init__()
+        self.regressor, self.config = regressor, regressor.config
+
+    def forward(self, inputs: FlowInput) -> FlowOutput:
+        mean = mean_residual(self.regressor, inputs.condition, inputs.params)
+        return FlowOutput(velocity=mean - inputs.state)
+
+
+def mean_ablation(work: Path, data: Path, interval: int) -> Corrector:
+    """Train (or reuse) the deterministic conditional-mean regressor on the kept operator, same budget and
+    network as the corrector."""
+    stack_root = work / "stack"
+    folder = stack_root / ABLATION
+    best = folder / "checkpoints" / "best.pt"
+    if not best.exists():
+        config = load_config(stack_root / "diffusion_residual" / "config.yaml")
+        context = StageContext(config, data.resolve(), stack_root, progress=False)
+        task = MeanResidualTask(config, context.data(), load_operator(context), 1, "euler", interval=interval)
+        fit(context, ABLATION, config, task)
+    model = model_from_checkpoint(load_checkpoint(best)).eval()
+    return Corrector(MeanAsOneStepFlow(model), steps=1, interval=interval)
+
+
+def drop_corrector_stages(stack_root: Path, config: Config) -> None:
+    """Forget the corrector and student stages of a kept stack (and record the new config), so that a rerun
+    retrains only them on the kept operator."""
+    status_path = stack_root / "stages.json"
+    if not status_path.exists():
+        return
+    status = json.loads(status_path.read_text())
+    for name in ("diffusion_residual", "consistency_distill", ABLATION):
+        status["stages"].pop(name, None)
+        shutil.rmtree(stack_root / name, ignore_errors=True)
+    atomic_write_json(status_path, status)
+    save_config(config, stack_root / "config.yaml")
+
+
+def run(work: Path, quick: bool, interval: int = INTERVAL) -> list[dict[str, Any]]:
     *_, steps, members = SIZES["quick" if quick else "full"]
-    config = stack_config(quick)
+    config = stack_config(quick, interval)
     data, stack_root = work / "data", work / "stack"
     started = time.perf_counter()
     generate(config, data, progress=False)
@@ -287,9 +398,12 @@ def run(work: Path, quick: bool) -> list[dict[str, Any]]:
     variants = {
         "operator": None,
         "corrector": stack.corrector,
-        "student": stack.student,
+        "student": dataclasses.replace(stack.student, temperature=1.0),
         "corrector-mean4": dataclasses.replace(stack.corrector, draws=4),
-        "student-mean4": dataclasses.replace(stack.student, draws=4),
+        "student-mean4": dataclasses.replace(stack.student, draws=4, temperature=1.0),
+        f"corrector-T{TEMPERATURE}": dataclasses.replace(stack.corrector, temperature=TEMPERATURE),
+        f"student-T{TEMPERATURE}": dataclasses.replace(stack.student, temperature=TEMPERATURE),
+        "mean-regression-ablation": mean_ablation(work, data, stack.corrector.interval),
     }
     for name, corrector in variants.items():
         cost[name] = seconds_per_step(
@@ -298,8 +412,10 @@ def run(work: Path, quick: bool) -> list[dict[str, Any]]:
             ),
             steps,
         )
+    k = stack.corrector.interval
+    other_every = 4 if k == 1 else 1
     every4 = {
-        name: stack_rollout(stack, variants[name], inputs, params, steps, every=4)
+        name: stack_rollout(stack, variants[name], inputs, params, steps, every=other_every)
         for name in ("corrector", "student")
     }
     normalizer = stack.normalizer
@@ -349,6 +465,8 @@ def run(work: Path, quick: bool) -> list[dict[str, Any]]:
         status,
         fno_epochs,
         fno_seconds,
+        k,
+        other_every,
     )
 
 
@@ -365,6 +483,8 @@ def build_records(
     status: dict[str, Any],
     fno_epochs: int,
     fno_seconds: float,
+    interval: int = 1,
+    other_every: int = 4,
 ) -> list[dict[str, Any]]:
     split = f"{config.dataset.n_train} train / {config.dataset.n_test} test trajectories"
     case = f"KS 1D L=100 N=200, model dt=1, {steps}-step rollouts from t=30, {split}" + (
@@ -382,16 +502,25 @@ def build_records(
         s = source[name]
         return f"{name}: nRMSE 1-20 {s['nrmse_20']:.4f}, 1-{steps} {s['nrmse_all']:.4f}, spectrum {s['spectrum']:.4f}"
 
-    every4 = "; k=4: " + "; ".join(describe(n, score4) for n in score4)
+    every4 = f"; applied every {other_every} step(s) instead: " + "; ".join(
+        describe(n, score4) for n in score4
+    )
     all_scores = "; ".join(describe(n) for n in score) + every4
     records = []
+    every = (
+        "every step" if interval == 1 else f"every {interval} steps (trained on {interval}-step residuals)"
+    )
+    t = f"T{TEMPERATURE}"
     labels = {
-        "corrector": "operator + S=8 corrector every step, one draw",
-        "corrector-mean4": "operator + S=8 corrector every step, mean of 4 draws",
-        "student": "operator + 1-step student every step, one draw",
-        "student-mean4": "operator + 1-step student every step, mean of 4 draws",
+        "corrector": f"operator + S=8 corrector {every}, one draw",
+        "corrector-mean4": f"operator + S=8 corrector {every}, mean of 4 draws",
+        f"corrector-{t}": f"operator + S=8 corrector {every}, one draw at temperature {TEMPERATURE}",
+        "student": f"operator + {STUDENT_STEPS}-step student {every}, one draw",
+        "student-mean4": f"operator + {STUDENT_STEPS}-step student {every}, mean of 4 draws",
+        f"student-{t}": f"operator + {STUDENT_STEPS}-step student {every}, one draw at temperature {TEMPERATURE}",
+        "mean-regression-ablation": f"ABLATION, not diffusion: deterministic conditional-mean regressor {every}",
     }
-    for variant in ("corrector", "corrector-mean4"):
+    for variant in ("corrector", "corrector-mean4", f"corrector-{t}", "mean-regression-ablation"):
         for metric, key in (
             ("long-horizon log10 energy-spectrum error (steps 51-100)", "spectrum"),
             ("rollout nRMSE, steps 1-20", "nrmse_20"),
@@ -401,8 +530,13 @@ def build_records(
                 record(case, "latent operator alone", f"{metric} [{labels[variant]}]",
                        score[variant][key], score["operator"][key], True, f"{all_scores}; {env}")
             )  # fmt: skip
-    # distillation: share of the S-step corrector's improvement the 1-step student keeps, and its cost
-    for teacher, student in (("corrector", "student"), ("corrector-mean4", "student-mean4")):
+    # distillation: share of the S-step corrector's improvement the few-step student keeps, and its cost
+    pairs = (
+        ("corrector", "student"),
+        ("corrector-mean4", "student-mean4"),
+        (f"corrector-{t}", f"student-{t}"),
+    )
+    for teacher, student in pairs:
         for key, label in (("spectrum", "spectrum error"), ("nrmse_20", "nRMSE 1-20")):
             gain = score["operator"][key] - score[teacher][key]
             kept = (score["operator"][key] - score[student][key]) / gain if gain > 0 else None
@@ -414,7 +548,7 @@ def build_records(
                        f"fraction of the {label} improvement of [{labels[teacher]}] kept by [{labels[student]}]",
                        kept, 0.8, False, f"{note}; {env}")
             )  # fmt: skip
-    for teacher, student in (("corrector", "student"), ("corrector-mean4", "student-mean4")):
+    for teacher, student in pairs:
         records.append(
             record(case, labels[teacher], f"seconds per rollout step (all test trajectories), {labels[student]}",
                    cost[student], cost[teacher], True,

@@ -1285,10 +1285,18 @@ class CorrectorStageConfig:
     """Integrator of the sampler (first or second order)."""
     val_samples: int = 2
     """Samples per validation window for the energy score that chooses the best checkpoint (>= 2)."""
+    interval: int = 1
+    """k: the corrector learns truth(t + k) - the operator's k-step rollout from the true frames at t,
+    conditioned on that k-step prediction and the frame before it, and predictor-corrector rollouts apply
+    it every k steps (the checkpoint records k). 1: the one-step residual."""
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.sampler_steps < 1 or self.lr <= 0:
             raise ConfigError("epochs and sampler_steps must be >= 1 and lr > 0")
+        if self.interval < 1:
+            raise ConfigError(
+                f"interval must be >= 1 (operator steps between corrections), got {self.interval}"
+            )
         if self.val_samples < 2:
             raise ConfigError(
                 f"val_samples must be >= 2 (the energy score needs pairs), got {self.val_samples}"
@@ -1305,10 +1313,15 @@ class DistillStageConfig:
     """Peak learning rate."""
     student_steps: int = 1
     """Sampler steps of the student (1 or 2)."""
+    temperature: float = 1.0
+    """Scale of the noise draws the student learns on (student and teacher map the same scaled draw); set
+    it to the sampling temperature used at inference (`Corrector.temperature`). > 0."""
 
     def __post_init__(self) -> None:
         if self.student_steps not in (1, 2):
             raise ConfigError(f"student_steps must be 1 or 2, got {self.student_steps}")
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature must be > 0 (noise in, a sample out), got {self.temperature}")
         if self.epochs < 1 or self.lr <= 0:
             raise ConfigError("epochs must be >= 1 and lr > 0")
 

@@ -47,7 +47,10 @@ def stack_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_stages_chain_record_status_and_skip_when_done(
     stack_data: Path, tmp_path: Path, one_thread: None
 ) -> None:
-    config = load_config(CONFIGS / "tiny-latent.yaml", FAST)
+    config = load_config(
+        CONFIGS / "tiny-latent.yaml",
+        [*FAST, "stages.diffusion_residual.interval=2", "stages.consistency_distill.temperature=0.5"],
+    )
     status = run_stages(config, stack_data, tmp_path / "run", progress=False)
     assert list(status["stages"]) == list(STAGES)
     assert all(record["status"] == "done" for record in status["stages"].values())
@@ -60,8 +63,11 @@ def test_stages_chain_record_status_and_skip_when_done(
     assert corrector["config"]["model"]["scale"] > 0 and corrector["config"]["model"]["condition_frames"] == 2
     student = load_checkpoint(tmp_path / "run" / "consistency_distill" / "checkpoints" / "best.pt")
     assert student["sampler_steps"] == 1 and corrector["sampler_steps"] == 4
+    assert corrector["interval"] == 2 and student["interval"] == 2  # trained on 2-step rollout residuals
     # the stack runs: operator + student corrector every 2 steps
     stack = load_stack(tmp_path / "run")
+    assert stack.corrector is not None and stack.corrector.interval == 2
+    assert student["temperature"] == 0.5 and stack.student is not None and stack.student.temperature == 0.5
     frames = torch.zeros(2, 2, 1, 64, dtype=torch.float32)
     conditions = Conditions(
         dt=torch.full((2,), stack.dt, dtype=torch.float32),

@@ -20,7 +20,7 @@ from dynaforge.evaluate.latent_stack import (
 from dynaforge.models import ModelInput, ModelOutput, ModelShape, build_model
 from dynaforge.models.flow import FlowInput, FlowOutput, flow_velocity, integrate_flow, sample
 from dynaforge.models.latent import Conditions
-from dynaforge.train.stages import distillation_target
+from dynaforge.train.stages import distillation_target, rollout_residual
 
 
 def gaussian_transport_velocity(mean: float, std: float):
@@ -190,3 +190,61 @@ def test_corrector_with_draws_averages_residual_samples() -> None:
     assert torch.allclose(residual, noise.mean(dim=0) + 2.0, atol=1e-6)
     single = Corrector(ConstantVelocity(), steps=2).residual(prediction, prediction, params, noise[0])
     assert torch.allclose(single, noise[0] + 2.0)
+
+
+class ScaleOperator(nn.Module):
+    """A fake operator: the next frame is 0.5 * last + 0.25 * the one before (uses both history frames)."""
+
+    def forward(self, inputs: ModelInput) -> ModelOutput:
+        return ModelOutput(frames=0.5 * inputs.frames[:, -1:] + 0.25 * inputs.frames[:, -2:-1])
+
+
+@pytest.mark.parametrize("interval", [1, 3])
+def test_rollout_residual_is_truth_minus_the_k_step_rollout(interval: int) -> None:
+    torch.manual_seed(2)
+    inputs = torch.randn(2, 2, 1, 8, dtype=torch.float32)
+    targets = torch.randn(2, interval, 1, 8, dtype=torch.float32)
+    batch = (inputs, targets, torch.zeros(2, 0, dtype=torch.float32), torch.ones(2, dtype=torch.float32))
+    # the rollout by hand: x_{n+1} = 0.5 x_n + 0.25 x_{n-1} from the two true frames
+    frames = [inputs[:, 0], inputs[:, 1]]
+    for _ in range(interval):
+        frames.append(0.5 * frames[-1] + 0.25 * frames[-2])
+    example = rollout_residual(ScaleOperator(), batch, interval)
+    assert torch.allclose(example.prediction, frames[-1])
+    assert torch.allclose(example.previous, frames[-2])  # the last input frame when interval = 1
+    assert torch.equal(example.truth, targets[:, interval - 1])
+    assert torch.allclose(example.truth - example.prediction, targets[:, -1] - frames[-1])
+    assert torch.equal(example.condition, torch.stack([example.prediction, example.previous], dim=1))
+    with pytest.raises(ValueError, match="target frames"):
+        rollout_residual(ScaleOperator(), (inputs, targets[:, :0], *batch[2:]), interval)
+
+
+def test_temperature_scales_the_noise_and_zero_is_refused() -> None:
+    prediction = torch.zeros(3, 1, 8, dtype=torch.float32)
+    noise = torch.randn(3, 1, 8, dtype=torch.float32)
+    params = torch.zeros(3, 0, dtype=torch.float32)
+    cold = Corrector(ConstantVelocity(), steps=2, temperature=0.25).residual(
+        prediction, prediction, params, noise
+    )
+    assert torch.allclose(cold, 0.25 * noise + 2.0)
+    with pytest.raises(ValueError, match="temperature"):
+        Corrector(ConstantVelocity(), steps=2, temperature=0.0)
+
+
+def test_rollout_defaults_to_the_correctors_interval() -> None:
+    frames = torch.zeros(2, 1, 1, 8, dtype=torch.float32)
+    corrector = Corrector(ConstantVelocity(), steps=1, interval=3)
+    own = predictor_corrector_rollout(
+        ShiftOperator(), corrector, frames, fake_conditions(2), 6, generator=torch.Generator().manual_seed(0)
+    )
+    explicit = predictor_corrector_rollout(
+        ShiftOperator(),
+        corrector,
+        frames,
+        fake_conditions(2),
+        6,
+        every=3,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert torch.equal(own, explicit)
+    assert torch.allclose(own[:, 1], torch.full_like(own[:, 1], 2.0))  # uncorrected until step 3

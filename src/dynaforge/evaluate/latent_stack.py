@@ -56,12 +56,23 @@ def conditioned_rollout(
 class Corrector:
     """A residual sampler: the flow model, how many steps (and which integrator) it takes, and how many
     draws it averages (1: a sample of the residual; more: an estimate of its conditional mean, which trades
-    the sample's spread for a lower expected error)."""
+    the sample's spread for a lower expected error). `interval`: the operator steps between corrections it
+    was trained for (its checkpoint's k; rollouts default to it). `temperature`: the noise is scaled by it
+    before sampling (1: the trained model's samples; below 1: draws pulled toward the flow's image of the
+    noise mean, less spread; 0 would make the sampler deterministic and is refused)."""
 
     model: nn.Module
     steps: int
     method: str = "euler"
     draws: int = 1
+    interval: int = 1
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (noise in, a sample out), got {self.temperature}")
+        if self.interval < 1 or self.draws < 1:
+            raise ValueError(f"interval and draws must be >= 1, got {self.interval} and {self.draws}")
 
     def residual(
         self,
@@ -77,7 +88,7 @@ class Corrector:
         condition = torch.stack([prediction, previous], dim=1).repeat(draws, *(1,) * prediction.ndim)
         samples = sample(
             self.model,
-            noise.flatten(0, 1),
+            self.temperature * noise.flatten(0, 1),
             condition,
             params.repeat(draws, 1),
             self.steps,
@@ -97,12 +108,16 @@ def predictor_corrector_rollout(
     frames: Float[Tensor, "batch history channels *space"],
     conditions: Conditions,
     steps: int,
-    every: int = 1,
+    every: int | None = None,
     drift_threshold: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Float[Tensor, "batch steps channels *space"]:
     """Roll out `steps` frames (operator horizon 1); see the module docstring. `corrector=None`: the
-    operator alone. Noise comes from `generator` (CPU), so a rollout is reproducible."""
+    operator alone. `every=None`: the corrector's own interval. Noise comes from `generator` (CPU), so a
+    rollout is reproducible."""
+    if corrector is not None and every is None:
+        every = corrector.interval
+    every = every or 1
     history = frames.shape[1]
     window, predicted = frames, []
     reference = energy(frames[:, -1])
@@ -142,7 +157,7 @@ def ensemble_rollout(
     conditions: Conditions,
     steps: int,
     members: int,
-    every: int = 1,
+    every: int | None = None,
     drift_threshold: float | None = None,
     seed: int = 0,
 ) -> Ensemble:
@@ -216,7 +231,9 @@ def load_stack(run: str | Path, map_location: str | torch.device = "cpu") -> Lat
         if state is None:
             return None
         model = model_from_checkpoint(state).eval()
-        return Corrector(model, int(state["sampler_steps"]), str(state["sampler"]))
+        interval, temperature = int(state.get("interval", 1)), float(state.get("temperature", 1.0))
+        steps, method = int(state["sampler_steps"]), str(state["sampler"])
+        return Corrector(model, steps, method, interval=interval, temperature=temperature)
 
     prior = stack["steady_prior"]
     return LatentStack(

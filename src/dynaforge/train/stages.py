@@ -5,13 +5,16 @@
 operator             the `model` section (the latent operator) on a one-step loss, an unrolled rollout loss
                      and a log energy-spectrum loss (fp32, autocast off); the best checkpoint has the lowest
                      validation rollout nRMSE over `val_rollout` calls
-diffusion_residual   conditional flow matching of the residual truth - operator prediction, conditioned on
-                     the prediction, the previous frame and the parameters (the operator frozen, read from
-                     RUN/operator/checkpoints/best.pt); an S-step sampler from real Gaussian noise; the best
-                     checkpoint has the lowest validation energy score of the corrected prediction
+diffusion_residual   conditional flow matching of the residual truth(t + k) - the operator's k-step rollout
+                     from the true frames at t (k = `interval`, the correction interval of inference; k = 1:
+                     the one-step residual), conditioned on that prediction, the frame before it and the
+                     parameters (the operator frozen, read from RUN/operator/checkpoints/best.pt); an S-step
+                     sampler from real Gaussian noise; the best checkpoint has the lowest validation energy
+                     score of the corrected prediction
 consistency_distill  a student (started from the corrector's weights) trained so that its 1-2 step sampler
-                     maps a noise draw to what the teacher's S-step sampler makes of the same draw; chosen
-                     by the same energy score as the teacher, with its own few-step sampler
+                     maps a noise draw (scaled by `temperature`, the sampling temperature it will be used
+                     at) to what the teacher's S-step sampler makes of the same draw; chosen by the same
+                     energy score as the teacher, with its own few-step sampler
 steady_prior         conditional flow matching of long-time states (the last frames of each trajectory)
                      given the parameters; chosen by the log energy-spectrum distance between generated
                      and true validation states
@@ -32,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -56,7 +59,7 @@ from dynaforge.data.conditioned import (
 )
 from dynaforge.data.normalize import Normalizer
 from dynaforge.data.windows import WindowDataset
-from dynaforge.evaluate.latent_stack import Corrector, conditioned_rollout, energy_score, operator_step
+from dynaforge.evaluate.latent_stack import Corrector, conditioned_rollout, energy_score
 from dynaforge.evaluate.metrics import nrmse_per_sample
 from dynaforge.evaluate.spectral import energy_spectrum
 from dynaforge.models.flow import FlowInput, flow_velocity, integrate_flow, sample
@@ -210,10 +213,37 @@ class OperatorTask:
         return self.data.extras()
 
 
+class RolloutResidual(NamedTuple):
+    """A corrector's example: the operator's k-step prediction, the frame before it, the true frame."""
+
+    prediction: Tensor
+    previous: Tensor
+    truth: Tensor
+
+    @property
+    def condition(self) -> Tensor:
+        """The flow's condition frames (B, 2, C, *space): the prediction and the frame before it."""
+        return torch.stack([self.prediction, self.previous], dim=1)
+
+
+def rollout_residual(operator_model: nn.Module, batch: tuple[Tensor, ...], interval: int) -> RolloutResidual:
+    """The operator rolled `interval` calls from a window's true input frames (no gradient), with the true
+    frame `interval` steps on (the window needs that many targets); the residual is truth - prediction."""
+    inputs, targets = batch[0], batch[1]
+    if targets.shape[1] < interval:
+        raise ValueError(
+            f"windows carry {targets.shape[1]} target frames; interval {interval} needs that many"
+        )
+    with torch.no_grad():
+        predicted = conditioned_rollout(operator_model, inputs, conditions_of(batch), interval)
+    previous = predicted[:, -2] if interval > 1 else inputs[:, -1]
+    return RolloutResidual(predicted[:, -1], previous, targets[:, interval - 1])
+
+
 class CorrectorTask:
-    """Stage `diffusion_residual`: flow matching of (truth - prediction) / scale. With `teacher`, stage
-    `consistency_distill`: the student's few-step sample regresses the teacher's S-step sample of the same
-    noise."""
+    """Stage `diffusion_residual`: flow matching of (truth - k-step prediction) / scale (see
+    `rollout_residual`). With `teacher`, stage `consistency_distill`: the student's few-step sample regresses
+    the teacher's S-step sample of the same noise."""
 
     def __init__(
         self,
@@ -223,27 +253,29 @@ class CorrectorTask:
         sampler_steps: int,
         sampler: str,
         teacher: Corrector | None = None,
+        interval: int = 1,
+        temperature: float = 1.0,
     ) -> None:
         self.config, self.data, self.operator, self.teacher = config, data, operator, teacher
-        self.sampler_steps, self.sampler = sampler_steps, sampler
-        self.val = data.windows("val", config.data.history, 1)
+        self.sampler_steps, self.sampler, self.interval = sampler_steps, sampler, interval
+        self.temperature = temperature
+        self.val = data.windows("val", config.data.history, interval)
         self.val_indices = evenly_spaced(len(self.val), config.stages.val_windows)
 
     def dataset(self, folder: DatasetFolder, split: str) -> Dataset:
-        return self.data.windows(split, self.config.data.history, 1)
+        return self.data.windows(split, self.config.data.history, self.interval)
 
-    def prediction(self, batch: tuple[Tensor, ...]) -> Tensor:
-        with torch.no_grad():
-            return operator_step(self.operator, batch[0], conditions_of(batch))[:, 0]
+    def example(self, batch: tuple[Tensor, ...]) -> RolloutResidual:
+        return rollout_residual(self.operator, batch, self.interval)
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
-        prediction = self.prediction(batch)
-        condition = torch.stack([prediction, batch[0][:, -1]], dim=1)
+        example = self.example(batch)
+        prediction, condition = example.prediction, example.condition
         params = batch[2]
         if self.teacher is None:
-            residual = (batch[1][:, 0] - prediction) / model_scale(model)
+            residual = (example.truth - prediction) / model_scale(model)
             return flow_matching_loss(model, residual, condition, params)
-        noise = torch.randn_like(prediction)
+        noise = self.temperature * torch.randn_like(prediction)
         target = distillation_target(self.teacher, noise, condition, params)
         student = integrate_flow(flow_velocity(model, condition, params), noise, self.sampler_steps, "euler")
         return mse_loss(student, target)
@@ -252,21 +284,28 @@ class CorrectorTask:
         """Energy score of prediction + sampled residual against the truth (normalised units)."""
         device = next(model.parameters()).device
         samples = self.config.stages.diffusion_residual.val_samples
-        corrector = Corrector(model, self.sampler_steps, self.sampler)
+        corrector = Corrector(model, self.sampler_steps, self.sampler, temperature=self.temperature)
         scores = []
         for lo in range(0, len(self.val_indices), self.config.data.batch_size):
             indices = self.val_indices[lo : lo + self.config.data.batch_size]
             batch = collate(self.val, indices, device)
-            prediction = self.prediction(batch)
+            example = self.example(batch)
+            prediction = example.prediction
             draws = []
             for m in range(samples):
                 noise = validation_noise(prediction.shape, self.config.stages.seed + 7919 * m + lo, device)
-                draws.append(prediction + corrector.residual(prediction, batch[0][:, -1], batch[2], noise))
-            scores.append(energy_score(torch.stack(draws), batch[1][:, 0]))
+                draws.append(prediction + corrector.residual(prediction, example.previous, batch[2], noise))
+            scores.append(energy_score(torch.stack(draws), example.truth))
         return float(torch.cat(scores).mean())
 
     def checkpoint_extras(self) -> dict[str, Any]:
-        return {**self.data.extras(), "sampler_steps": self.sampler_steps, "sampler": self.sampler}
+        return {
+            **self.data.extras(),
+            "sampler_steps": self.sampler_steps,
+            "sampler": self.sampler,
+            "interval": self.interval,
+            "temperature": self.temperature,
+        }
 
 
 def model_scale(model: nn.Module) -> float:
@@ -405,28 +444,30 @@ def diffusion_residual(context: StageContext) -> TrainSummary:
     operator_model = load_operator(context)
 
     def build() -> Config:
-        scale = residual_scale(operator_model, data, base.data.history)
+        scale = residual_scale(operator_model, data, base.data.history, stage.interval)
         model = dataclasses.replace(
             stage.model, condition_frames=2, parameters=data.n_parameters, scale=scale
         )
         return dataclasses.replace(base, model=model, train=stage_train(base, stage.epochs, stage.lr))
 
     config = context.resolved("diffusion_residual", build)
-    task = CorrectorTask(config, data, operator_model, stage.sampler_steps, stage.sampler)
+    task = CorrectorTask(
+        config, data, operator_model, stage.sampler_steps, stage.sampler, interval=stage.interval
+    )
     return fit(context, "diffusion_residual", config, task)
 
 
-def residual_scale(operator_model: nn.Module, data: StageData, history: int) -> float:
-    """Standard deviation of truth - one-step prediction over (up to) RESIDUAL_SCALE_WINDOWS train windows."""
-    windows = data.windows("train", history, 1)
+def residual_scale(operator_model: nn.Module, data: StageData, history: int, interval: int = 1) -> float:
+    """Standard deviation of truth - `interval`-step prediction over (up to) RESIDUAL_SCALE_WINDOWS train
+    windows."""
+    windows = data.windows("train", history, interval)
     indices = evenly_spaced(len(windows), RESIDUAL_SCALE_WINDOWS)
     residuals = []
     with torch.inference_mode():
         for lo in range(0, len(indices), 256):
             batch = collate(windows, indices[lo : lo + 256], torch.device("cpu"))
-            residuals.append(
-                batch[1][:, 0] - operator_step(operator_model, batch[0], conditions_of(batch))[:, 0]
-            )
+            example = rollout_residual(operator_model, batch, interval)
+            residuals.append(example.truth - example.prediction)
     return max(float(torch.cat(residuals).std()), 1e-6)
 
 
@@ -448,7 +489,16 @@ def consistency_distill(context: StageContext) -> TrainSummary:
         )
 
     config = context.resolved("consistency_distill", build)
-    task = CorrectorTask(config, data, load_operator(context), stage.student_steps, "euler", teacher=teacher)
+    task = CorrectorTask(
+        config,
+        data,
+        load_operator(context),
+        stage.student_steps,
+        "euler",
+        teacher=teacher,
+        interval=int(teacher_state.get("interval", 1)),
+        temperature=stage.temperature,
+    )
     return fit(context, "consistency_distill", config, task, start=teacher_state["model"])
 
 
