@@ -1218,7 +1218,8 @@ class TimestepperConfig:
     each optimiser step integrates `batch` systems of one group from fresh start states for `horizon`
     time units (at most `run_steps` steps; back-propagation truncated every `window` steps) and
     minimises log(N / T) + log(M) / 2, N the steps taken over the time T covered and M the run's soft
-    maximum error (the power mean (mean_n e_n^8)^(1/8) over its steps), i.e. log(N * sqrt(M)): for
+    maximum error (the power mean (mean_n e_n^8)^(1/8) over its steps, each weighted by sg(h_n)/h_n so
+    that sums over steps are integrals dt / h at fixed time), i.e. log(N * sqrt(M)): for
     leapfrog (error ~ h^2) the evaluations needed at a fixed error, the benchmark's figure of merit,
     unchanged when every step is scaled by one factor. The band penalties (on M, weight `penalty`) only
     pin the overall step scale; `shape` and `reward` are unused."""

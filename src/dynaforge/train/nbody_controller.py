@@ -274,7 +274,6 @@ def run_loss(
     count = torch.zeros(batch, dtype=run.time.dtype, device=run.time.device)
     log_errors = []
     taken = 0
-    started = run.steps
     while True:
         active = (run.time < horizon * (1.0 - 1e-12)) & (run.steps < max_steps)
         if not bool(active.any()):
@@ -283,17 +282,16 @@ def run_loss(
         ones = info.proposal.detach() / info.proposal
         count = count + torch.where(active, ones, torch.zeros_like(ones))
         log_error = torch.log(info.energy_error.clamp_min(1e-300))  # the floor keeps log finite
-        log_errors.append(torch.where(active, log_error, torch.full_like(log_error, -math.inf)))
+        # + log of the weight sg(h)/h (value 1), so sums over steps are integrals dt / h over a fixed time
+        weighted = SOFT_MAX_SHARPNESS * log_error + torch.log(ones)
+        log_errors.append(torch.where(active, weighted, torch.full_like(weighted, -math.inf)))
         taken += 1
         if taken % segment == 0:
             run = detach_run(run)
-    log_error = torch.stack(log_errors, dim=1)  # (B, steps)
-    # A power mean, (mean_n e_n^s)^(1/s), not logsumexp: the latter grows by log(N) / s with the step
-    # count, which would break the invariance to a global step scale.
-    steps = (run.steps - started).to(count.dtype).clamp_min(1.0)
-    soft_max = (
-        torch.logsumexp(SOFT_MAX_SHARPNESS * log_error, dim=1) - torch.log(steps)
-    ) / SOFT_MAX_SHARPNESS
+    weighted = torch.stack(log_errors, dim=1)  # (B, steps): s log e_n + log w_n
+    # A power mean, (sum_n w_n e_n^s / sum_n w_n)^(1/s), not logsumexp: the latter grows by log(N) / s
+    # with the step count, which would break the invariance to a global step scale.
+    soft_max = (torch.logsumexp(weighted, dim=1) - torch.log(count.clamp_min(1.0))) / SOFT_MAX_SHARPNESS
     covered = run.time.detach().clamp_min(1e-300)
     cost = torch.log(count / covered) + 0.5 * soft_max
     penalty_high = (torch.relu(soft_max - math.log(high)) ** 2).mean()
@@ -305,7 +303,7 @@ def run_loss(
         penalty_high.detach(),
         penalty_low.detach(),
         (count / covered).mean().detach(),
-        log_error.amax().exp().detach(),
+        (weighted.amax() / SOFT_MAX_SHARPNESS).exp().detach(),
     )
 
 
@@ -367,6 +365,14 @@ def new_net(config: Config, device: str) -> StepControllerNet:
             classical_feature=CLASSICAL_FEATURE,
         )
     return net.to(device)
+
+
+def fix_scale(net: StepControllerNet, t: TimestepperConfig) -> None:
+    """`loss: run` does not see a global step scale (the benchmark tunes it per system), so the two output
+    biases, which shift every log step alike, are not trained: the overall level stays the classical one."""
+    if t.loss == "run":
+        net.linear.bias.requires_grad_(False)
+        net.mlp[-1].bias.requires_grad_(False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -431,6 +437,7 @@ class Trainer:
                 k: v.to(self.device) for k, v in build_training_systems(self.t.systems, self.t.seed).items()
             }
             self.net = new_net(config, self.device)
+            fix_scale(self.net, self.t)
             self.optimizer = build_optimizer(self.net, engine_settings(self.t))
             self.scheduler = build_scheduler(self.optimizer, engine_settings(self.t), self.t.steps)
             self.paths.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -511,6 +518,7 @@ class Trainer:
         self.systems = {k: v.to(self.device) for k, v in checkpoint["training_systems"].items()}
         self.net = build_step_controller_net(checkpoint["model_config"]).to(self.device)
         self.net.load_state_dict(checkpoint["model"])
+        fix_scale(self.net, self.t)
         self.phase = checkpoint["phase"]
         settings = engine_settings(self.t)
         adam = build_optimizer(self.net, settings)
