@@ -1222,7 +1222,10 @@ class TimestepperConfig:
     that sums over steps are integrals dt / h at fixed time), i.e. log(N * sqrt(M)): for
     leapfrog (error ~ h^2) the evaluations needed at a fixed error, the benchmark's figure of merit,
     unchanged when every step is scaled by one factor. The band penalties (on M, weight `penalty`) only
-    pin the overall step scale; `shape` and `reward` are unused."""
+    pin the overall step scale; `shape` and `reward` are unused. Systems stopped by `run_steps` before
+    the horizon count a fixed number of steps and the covered time T carries the gradient; set the
+    horizons out of reach for fixed-count runs, whose gradient agrees with finite differences along the
+    step scale (fixed-time runs' does not; docs/nbody.md)."""
     horizon: float = 6.283185307179586
     """`loss: run`: simulated time of a run (N-body units; a training Kepler orbit, a = 1 and M = 1,
     takes 2 pi)."""

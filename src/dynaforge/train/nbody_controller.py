@@ -292,7 +292,13 @@ def run_loss(
     # A power mean, (sum_n w_n e_n^s / sum_n w_n)^(1/s), not logsumexp: the latter grows by log(N) / s
     # with the step count, which would break the invariance to a global step scale.
     soft_max = (torch.logsumexp(weighted, dim=1) - torch.log(count.clamp_min(1.0))) / SOFT_MAX_SHARPNESS
-    covered = run.time.detach().clamp_min(1e-300)
+    # Systems that reached the horizon covered a fixed time (run.time's gradient is zero there: the last
+    # step lands on it) and their step count carries the gradient; systems stopped by `max_steps` took a
+    # fixed number of steps and the time they covered carries it (for these the weights above are not
+    # needed either, but their value is 1).
+    reached = run.time >= horizon * (1.0 - 1e-12)
+    count = torch.where(reached, count, count.detach())
+    covered = run.time.clamp_min(1e-300)
     cost = torch.log(count / covered) + 0.5 * soft_max
     penalty_high = (torch.relu(soft_max - math.log(high)) ** 2).mean()
     penalty_low = (torch.relu(math.log(low) - soft_max) ** 2).mean()
@@ -302,7 +308,7 @@ def run_loss(
         cost.mean().detach(),
         penalty_high.detach(),
         penalty_low.detach(),
-        (count / covered).mean().detach(),
+        (count / covered).detach().mean(),
         (weighted.amax() / SOFT_MAX_SHARPNESS).exp().detach(),
     )
 
