@@ -1213,6 +1213,27 @@ class TimestepperConfig:
     """Clip the gradient norm (the norm is logged anyway)."""
     lbfgs_steps: int = 0
     """L-BFGS iterations after Adam, on the fixed validation episodes (0 = none)."""
+    loss: Literal["window", "run"] = "window"
+    """`window`: the per-window loss above (streams of windows). `run`: a whole-run, scale-free loss:
+    each optimiser step integrates `batch` systems of one group from fresh start states for `horizon`
+    time units (at most `run_steps` steps; back-propagation truncated every `window` steps) and
+    minimises log(N / T) + log(M) / 2, N the steps taken over the time T covered and M the run's soft
+    maximum error (the power mean (mean_n e_n^8)^(1/8) over its steps, each weighted by sg(h_n)/h_n so
+    that sums over steps are integrals dt / h at fixed time), i.e. log(N * sqrt(M)): for
+    leapfrog (error ~ h^2) the evaluations needed at a fixed error, the benchmark's figure of merit,
+    unchanged when every step is scaled by one factor. The band penalties (on M, weight `penalty`) only
+    pin the overall step scale; `shape` and `reward` are unused. Systems stopped by `run_steps` before
+    the horizon count a fixed number of steps and the covered time T carries the gradient; set the
+    horizons out of reach for fixed-count runs, whose gradient agrees with finite differences along the
+    step scale (fixed-time runs' does not; docs/nbody.md)."""
+    horizon: float = 6.283185307179586
+    """`loss: run`: simulated time of a run (N-body units; a training Kepler orbit, a = 1 and M = 1,
+    takes 2 pi)."""
+    cluster_horizon: float | None = None
+    """`loss: run`: simulated time of a cluster run (null: `horizon`); clusters take many more steps per
+    time unit than the training Kepler orbits."""
+    run_steps: int = 3000
+    """`loss: run`: cap on the steps of a run (systems stop early when they reach it)."""
     seed: int = 0
     """Seeds the training systems, episode draws and the network's initial weights."""
     log_every: int = 10
@@ -1232,6 +1253,13 @@ class TimestepperConfig:
             raise ConfigError(f"need 0 < band_low < band_high, got {self.band_low} and {self.band_high}")
         if self.lr <= 0 or min(self.reward, self.penalty, self.shape, self.lbfgs_steps) < 0:
             raise ConfigError("lr must be > 0; reward, penalty, shape and lbfgs_steps >= 0")
+        if self.loss == "run" and (
+            self.lbfgs_steps or self.horizon <= 0 or self.run_steps < 1 or (self.cluster_horizon or 1.0) <= 0
+        ):
+            raise ConfigError(
+                "loss: run needs horizon and cluster_horizon > 0 and run_steps >= 1 and has no L-BFGS phase "
+                "(set lbfgs_steps: 0)"
+            )
         if self.weight_decay < 0:
             raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if self.schedule.interval != "step" or self.schedule.name == "plateau":

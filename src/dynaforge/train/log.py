@@ -184,13 +184,16 @@ class WandbLogger:
     The run id is kept in RUN/wandb.json so that a resumed training continues the same W&B run.
     """
 
-    def __init__(self, config: WandbConfig, run_root: Path, full_config: dict[str, Any]) -> None:
+    def __init__(
+        self, config: WandbConfig, run_root: Path, full_config: dict[str, Any], key: str = "train.wandb"
+    ) -> None:
+        """`key` is the config key of `config` (named in the error when wandb is missing)."""
         try:
             import wandb
         except ImportError as error:
             raise RunError(
-                "train.wandb.enabled=true needs the optional wandb package: pip install 'dynaforge[wandb]' "
-                "(or set train.wandb.enabled=false)"
+                f"{key}.enabled=true needs the optional wandb package: pip install 'dynaforge[wandb]' "
+                f"(or set {key}.enabled=false)"
             ) from error
         mode = config.mode
         if mode == "auto":

@@ -242,6 +242,77 @@ def window_loss(
     return run, result
 
 
+class RunLoss(NamedTuple):
+    loss: Tensor
+    cost: Tensor
+    """Mean over systems of log(N / T) + log(soft max error) / 2 (detached)."""
+    penalty_high: Tensor
+    penalty_low: Tensor
+    steps_per_time: Tensor
+    """Mean N / T (detached)."""
+    max_error: Tensor
+    """Largest energy error of any system over its run (detached)."""
+
+
+def run_loss(
+    integrator: Integrator,
+    run: RunState,
+    horizon: float,
+    max_steps: int,
+    segment: int,
+    band: tuple[float, float],
+    penalty: float,
+) -> RunLoss:
+    """The whole-run, scale-free loss of `TimestepperConfig` (`loss: run`): integrate every system of
+    `run` for `horizon` time units (at most `max_steps` steps), the state detached every `segment` steps.
+
+    The step count enters through sum_n sg(h_n) / h_n over the steps taken: its value is N and its
+    gradient -sum_n d log h_n, the derivative of N = integral dt / h over a fixed time.
+    """
+    low, high = band
+    batch = run.time.shape[0]
+    count = torch.zeros(batch, dtype=run.time.dtype, device=run.time.device)
+    log_errors = []
+    taken = 0
+    while True:
+        active = (run.time < horizon * (1.0 - 1e-12)) & (run.steps < max_steps)
+        if not bool(active.any()):
+            break
+        run, info = integrator.step(run, torch.where(active, horizon, run.time))
+        ones = info.proposal.detach() / info.proposal
+        count = count + torch.where(active, ones, torch.zeros_like(ones))
+        log_error = torch.log(info.energy_error.clamp_min(1e-300))  # the floor keeps log finite
+        # + log of the weight sg(h)/h (value 1), so sums over steps are integrals dt / h over a fixed time
+        weighted = SOFT_MAX_SHARPNESS * log_error + torch.log(ones)
+        log_errors.append(torch.where(active, weighted, torch.full_like(weighted, -math.inf)))
+        taken += 1
+        if taken % segment == 0:
+            run = detach_run(run)
+    weighted = torch.stack(log_errors, dim=1)  # (B, steps): s log e_n + log w_n
+    # A power mean, (sum_n w_n e_n^s / sum_n w_n)^(1/s), not logsumexp: the latter grows by log(N) / s
+    # with the step count, which would break the invariance to a global step scale.
+    soft_max = (torch.logsumexp(weighted, dim=1) - torch.log(count.clamp_min(1.0))) / SOFT_MAX_SHARPNESS
+    # Systems that reached the horizon covered a fixed time (run.time's gradient is zero there: the last
+    # step lands on it) and their step count carries the gradient; systems stopped by `max_steps` took a
+    # fixed number of steps and the time they covered carries it (for these the weights above are not
+    # needed either, but their value is 1).
+    reached = run.time >= horizon * (1.0 - 1e-12)
+    count = torch.where(reached, count, count.detach())
+    covered = run.time.clamp_min(1e-300)
+    cost = torch.log(count / covered) + 0.5 * soft_max
+    penalty_high = (torch.relu(soft_max - math.log(high)) ** 2).mean()
+    penalty_low = (torch.relu(math.log(low) - soft_max) ** 2).mean()
+    loss = cost.mean() + penalty * (penalty_high + penalty_low)
+    return RunLoss(
+        loss,
+        cost.mean().detach(),
+        penalty_high.detach(),
+        penalty_low.detach(),
+        (count / covered).detach().mean(),
+        (weighted.amax() / SOFT_MAX_SHARPNESS).exp().detach(),
+    )
+
+
 def detach_run(run: RunState) -> RunState:
     """The same run state, cut from the autograd graph (the boundary of truncated back-propagation)."""
     return _map_tensors(run, lambda t: t.detach())
@@ -300,6 +371,14 @@ def new_net(config: Config, device: str) -> StepControllerNet:
             classical_feature=CLASSICAL_FEATURE,
         )
     return net.to(device)
+
+
+def fix_scale(net: StepControllerNet, t: TimestepperConfig) -> None:
+    """`loss: run` does not see a global step scale (the benchmark tunes it per system), so the two output
+    biases, which shift every log step alike, are not trained: the overall level stays the classical one."""
+    if t.loss == "run":
+        net.linear.bias.requires_grad_(False)
+        net.mlp[-1].bias.requires_grad_(False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -364,6 +443,7 @@ class Trainer:
                 k: v.to(self.device) for k, v in build_training_systems(self.t.systems, self.t.seed).items()
             }
             self.net = new_net(config, self.device)
+            fix_scale(self.net, self.t)
             self.optimizer = build_optimizer(self.net, engine_settings(self.t))
             self.scheduler = build_scheduler(self.optimizer, engine_settings(self.t), self.t.steps)
             self.paths.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -371,7 +451,9 @@ class Trainer:
             self.metrics.start(self.header())
         self.groups = group_names(self.systems)
         if self.t.wandb.enabled:
-            self.wandb = WandbLogger(self.t.wandb, self.paths.root, config_to_dict(config))
+            self.wandb = WandbLogger(
+                self.t.wandb, self.paths.root, config_to_dict(config), "timestepper.wandb"
+            )
 
     def header(self) -> dict[str, Any]:
         return {
@@ -442,6 +524,7 @@ class Trainer:
         self.systems = {k: v.to(self.device) for k, v in checkpoint["training_systems"].items()}
         self.net = build_step_controller_net(checkpoint["model_config"]).to(self.device)
         self.net.load_state_dict(checkpoint["model"])
+        fix_scale(self.net, self.t)
         self.phase = checkpoint["phase"]
         settings = engine_settings(self.t)
         adam = build_optimizer(self.net, settings)
@@ -502,6 +585,8 @@ class Trainer:
         schedule."""
         self.net.train()
         group = self.groups[self.step % len(self.groups)]
+        if self.t.loss == "run":
+            return self.run_step(group)
         stream = self.streams.get(group)
         if stream is None or stream.windows >= self.t.episode:
             stream = self.start_stream(group, self.draw_starts(group))
@@ -521,6 +606,67 @@ class Trainer:
         self.scheduler.step()
         self.streams[group] = Stream(stream.params, detach_run(run), stream.windows + 1)
         return self.step_metrics(group, result, norm)
+
+    def whole_run(self, group: str, index: Tensor) -> RunLoss:
+        """`run_loss` of the systems `index` of `group`, from their start states."""
+        stream = self.start_stream(group, index)
+        horizon = self.t.horizon
+        if group != "kepler" and self.t.cluster_horizon is not None:
+            horizon = self.t.cluster_horizon
+        return run_loss(
+            self.integrator(stream.params),
+            stream.run,
+            horizon,
+            self.t.run_steps,
+            self.t.window,
+            self.band,
+            self.t.penalty,
+        )
+
+    def run_step(self, group: str) -> dict[str, Any]:
+        """`loss: run`: one whole run of a fresh batch of `group`, backward, clip, step, schedule."""
+        self.optimizer.zero_grad(set_to_none=True)
+        result = self.whole_run(group, self.draw_starts(group))
+        result.loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.t.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        return {
+            "kind": "train",
+            "step": self.step + 1,
+            "phase": self.phase,
+            "group": group,
+            "lr": float(self.optimizer.param_groups[0]["lr"]),
+            "loss": float(result.loss.detach()),
+            "cost": float(result.cost),
+            "penalty_high": float(result.penalty_high),
+            "penalty_low": float(result.penalty_low),
+            "steps_per_time": float(result.steps_per_time),
+            "max_error": float(result.max_error),
+            "mean_log_step": float("nan"),
+            "fraction_above": float("nan"),
+            "grad_norm": float(norm),
+        }
+
+    def evaluate_runs(self) -> dict[str, Any]:
+        """`loss: run`: whole runs from the validation starts per group; best.pt when the loss improved."""
+        self.net.eval()
+        results: dict[str, Any] = {"kind": "validation", "step": self.step}
+        losses = []
+        with torch.no_grad():
+            for group in self.groups:
+                result = self.whole_run(group, self.validation_starts(group))
+                losses.append(float(result.loss))
+                results[f"val_{group}_cost"] = float(result.cost)
+                results[f"val_{group}_steps_per_time"] = float(result.steps_per_time)
+                results[f"val_{group}_max_error"] = float(result.max_error)
+        results["val_loss"] = self.val_loss = sum(losses) / len(losses)
+        results["best"] = self.val_loss < self.best
+        self.log_metrics(results)
+        if results["best"]:
+            self.best = self.val_loss
+            save_checkpoint(self.paths.best, self.payload())
+        return results
 
     def lbfgs_step(self) -> dict[str, Any]:
         """One L-BFGS iteration on the validation episodes (a fixed, deterministic objective)."""
@@ -573,6 +719,8 @@ class Trainer:
 
     def evaluate(self) -> dict[str, Any]:
         """Fixed validation episodes per group; best.pt when the loss improved."""
+        if self.t.loss == "run":
+            return self.evaluate_runs()
         self.net.eval()
         results: dict[str, Any] = {"kind": "validation", "step": self.step}
         losses = []

@@ -1,0 +1,110 @@
+"""The whole-run, scale-free controller loss (`timestepper.loss: run`): log(N / T) + log(soft max |dE/E|) / 2."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from dynaforge.config import ConfigError, load_config
+from dynaforge.models.dt_predictor import StepControllerNet
+from dynaforge.runs import RunError
+from dynaforge.systems.nbody import BodyState, make_params
+from dynaforge.systems.nbody_control import (
+    CLASSICAL_FEATURE,
+    FEATURE_NAMES,
+    ClassicalStep,
+    FixedStep,
+    Integrator,
+    LearnedStep,
+    StepController,
+    load_learned_controller,
+)
+from dynaforge.systems.nbody_initial import kepler_orbit
+from dynaforge.train.log import read_metrics
+from dynaforge.train.nbody_controller import RunLoss, run_loss, train_controller
+
+TINY = Path(__file__).resolve().parents[2] / "configs" / "nbody_tiny.yaml"
+PERIOD = 2.0 * math.pi  # a = 1, M = 1
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def one_orbit(controller: StepController, eccentricity: float = 0.9) -> RunLoss:
+    """`run_loss` of one leapfrog orbit from apocentre (band penalties off)."""
+    bodies = kepler_orbit(1.0, eccentricity, 0.5, 0.5, math.pi)
+    x = torch.as_tensor(bodies.positions, dtype=torch.float64).unsqueeze(0)
+    v = torch.as_tensor(bodies.velocities, dtype=torch.float64).unsqueeze(0)
+    params = make_params(torch.as_tensor(bodies.masses, dtype=torch.float64).unsqueeze(0), 0.0)
+    integrator = Integrator(params, controller, "leapfrog", reversible=True)
+    return run_loss(integrator, integrator.start(BodyState(x, v)), PERIOD, 100_000, 64, (1e-12, 1.0), 0.0)
+
+
+def test_cost_does_not_change_when_every_step_is_scaled() -> None:
+    # Leapfrog's error ~ h^2, so N * sqrt(max error) is the same at any global step scale; measured
+    # spread 0.002 (classical) in log units, i.e. 0.2 % in evaluations at equal error.
+    with torch.no_grad():
+        coarse, fine = one_orbit(ClassicalStep(0.04)), one_orbit(ClassicalStep(0.02))
+        fixed_coarse, fixed_fine = one_orbit(FixedStep(0.008)), one_orbit(FixedStep(0.004))
+    assert float(fine.steps_per_time) > 1.9 * float(coarse.steps_per_time)
+    assert float(coarse.max_error) > 3.5 * float(fine.max_error)
+    assert abs(float(coarse.cost - fine.cost)) < 0.01
+    assert abs(float(fixed_coarse.cost - fixed_fine.cost)) < 0.01
+
+
+def test_cost_prefers_the_classical_criterion_to_a_fixed_step_on_an_eccentric_orbit() -> None:
+    # At e = 0.9 the classical criterion needs >10x fewer evaluations than fixed dt at equal error
+    # (benchmarks/nbody_timestep.py measures 14.5x over 10 orbits); the cost is the log of that.
+    with torch.no_grad():
+        classical, fixed = one_orbit(ClassicalStep(0.04)), one_orbit(FixedStep(0.008))
+    assert float(fixed.cost - classical.cost) > math.log(8.0)
+
+
+def test_cost_has_a_gradient_through_a_learned_controller() -> None:
+    net = StepControllerNet(features=len(FEATURE_NAMES), hidden=8, classical_feature=CLASSICAL_FEATURE)
+    with torch.no_grad():  # a non-zero last layer, else the gradient of every hidden weight is zero
+        net.mlp[-1].weight.fill_(0.01)
+    result = one_orbit(LearnedStep(net, 2.0), eccentricity=0.6)
+    result.loss.backward()
+    grads = [p.grad for p in net.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert sum(float(g.abs().sum()) for g in grads if g is not None) > 0
+
+
+def test_training_with_the_run_loss_logs_the_cost(tmp_path: Path) -> None:
+    config = load_config(
+        TINY, ["timestepper.loss=run", "timestepper.horizon=0.5", "timestepper.run_steps=40"]
+    )
+    train_controller(config, tmp_path / "run")
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    train = [r for r in records if r["kind"] == "train"]
+    validation = [r for r in records if r["kind"] == "validation"]
+    assert len(train) == 4 and all(math.isfinite(r["cost"]) for r in train)
+    assert {"val_kepler_cost", "val_cluster3_steps_per_time"} <= validation[-1].keys()
+    # The loss does not see a global step scale, so the output biases (which set it) stay untrained.
+    net = load_learned_controller(tmp_path / "run").net
+    assert float(net.linear.bias.detach().abs().max()) == 0.0
+    assert float(net.mlp[-1].bias.detach().abs().max()) == 0.0
+    assert float(net.linear.weight.detach().abs().max()) > 0.0
+    with pytest.raises(ConfigError, match="lbfgs_steps"):
+        load_config(TINY, ["timestepper.loss=run", "timestepper.lbfgs_steps=2"])
+
+
+def test_missing_wandb_error_names_the_timestepper_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    config = load_config(TINY, ["timestepper.wandb.enabled=true"])
+    with pytest.raises(RunError, match=r"timestepper\.wandb\.enabled=true") as caught:
+        train_controller(config, tmp_path / "run")
+    assert "train.wandb" not in str(caught.value)
