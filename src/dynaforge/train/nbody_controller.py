@@ -631,22 +631,18 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.t.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        return {
-            "kind": "train",
-            "step": self.step + 1,
-            "phase": self.phase,
-            "group": group,
-            "lr": float(self.optimizer.param_groups[0]["lr"]),
-            "loss": float(result.loss.detach()),
-            "cost": float(result.cost),
-            "penalty_high": float(result.penalty_high),
-            "penalty_low": float(result.penalty_low),
-            "steps_per_time": float(result.steps_per_time),
-            "max_error": float(result.max_error),
-            "mean_log_step": float("nan"),
-            "fraction_above": float("nan"),
-            "grad_norm": float(norm),
-        }
+        return self.train_metrics(
+            group,
+            result.loss,
+            norm,
+            cost=float(result.cost),
+            penalty_high=float(result.penalty_high),
+            penalty_low=float(result.penalty_low),
+            steps_per_time=float(result.steps_per_time),
+            max_error=float(result.max_error),
+            mean_log_step=float("nan"),
+            fraction_above=float("nan"),
+        )
 
     def evaluate_runs(self) -> dict[str, Any]:
         """`loss: run`: whole runs from the validation starts per group; best.pt when the loss improved."""
@@ -660,6 +656,10 @@ class Trainer:
                 results[f"val_{group}_cost"] = float(result.cost)
                 results[f"val_{group}_steps_per_time"] = float(result.steps_per_time)
                 results[f"val_{group}_max_error"] = float(result.max_error)
+        return self.finish_validation(results, losses)
+
+    def finish_validation(self, results: dict[str, Any], losses: list[float]) -> dict[str, Any]:
+        """Add the mean validation loss to `results`, log them, and write best.pt when the loss improved."""
         results["val_loss"] = self.val_loss = sum(losses) / len(losses)
         results["best"] = self.val_loss < self.best
         self.log_metrics(results)
@@ -743,28 +743,31 @@ class Trainer:
                 )
                 results[f"val_{group}_max_error"] = max(float(r.max_error) for r in parts)
                 results[f"val_{group}_shape_cost"] = sum(float(r.shape_cost) for r in parts) / len(parts)
-        results["val_loss"] = self.val_loss = sum(losses) / len(losses)
-        results["best"] = self.val_loss < self.best
-        self.log_metrics(results)
-        if results["best"]:
-            self.best = self.val_loss
-            save_checkpoint(self.paths.best, self.payload())
-        return results
+        return self.finish_validation(results, losses)
 
     def step_metrics(self, group: str, result: WindowLoss, norm: Tensor) -> dict[str, Any]:
+        return self.train_metrics(
+            group,
+            result.loss,
+            norm,
+            penalty_high=float(result.penalty_high),
+            penalty_low=float(result.penalty_low),
+            shape_cost=float(result.shape_cost),
+            mean_log_step=float(result.mean_log_step),
+            fraction_above=float(result.fraction_above),
+            max_error=float(result.max_error),
+        )
+
+    def train_metrics(self, group: str, loss: Tensor, norm: Tensor, **values: float) -> dict[str, Any]:
+        """One `train` line: step, phase, group, lr, loss, the loss's own `values`, gradient norm."""
         return {
             "kind": "train",
             "step": self.step + 1,
             "phase": self.phase,
             "group": group,
             "lr": float(self.optimizer.param_groups[0]["lr"]),
-            "loss": float(result.loss.detach()),
-            "penalty_high": float(result.penalty_high),
-            "penalty_low": float(result.penalty_low),
-            "shape_cost": float(result.shape_cost),
-            "mean_log_step": float(result.mean_log_step),
-            "fraction_above": float(result.fraction_above),
-            "max_error": float(result.max_error),
+            "loss": float(loss.detach()),
+            **values,
             "grad_norm": float(norm),
         }
 
