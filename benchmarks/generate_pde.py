@@ -51,6 +51,7 @@ from dynaforge.atomic import atomic_write_json
 from dynaforge.config import load_config
 from dynaforge.systems import build_system
 from dynaforge.systems.spectral import SpectralSystem, dealias_mask
+from machine import load_note
 
 RESULTS = Path(__file__).resolve().parent / "results" / "generate_pde.json"
 QUICK_RESULTS = RESULTS.with_name("generate_pde.quick.json")  # a smoke run never overwrites real figures
@@ -293,7 +294,7 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
     environment = (
         f"torch {torch.__version__} with {torch.get_num_threads()} intra-op threads, "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')!r}, Python {platform.python_version()}, "
-        f"{platform.machine()} with {os.cpu_count()} cores; timings on a shared machine are provisional"
+        f"{platform.machine()} with {os.cpu_count()} cores; {load_note()} when written"
     )
     accuracy = (
         f"max |dynaforge - exponax| = {diff_all:.2e} over all {case.steps + 1} frames (t <= {horizon:g}), "

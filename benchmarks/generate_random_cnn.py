@@ -57,6 +57,7 @@ from dynaforge.floating import flush_denormals
 from dynaforge.systems import build_system
 from dynaforge.systems import random_cnn as rc
 from dynaforge.systems.features import feature_names, trajectory_features
+from machine import load_note
 
 RESULTS = Path(__file__).parent / "results" / "generate_random_cnn.json"
 FEW_ARCHITECTURES = [
@@ -183,11 +184,6 @@ def elementwise_floor_seconds(
                 copy_total += timings[key][0] * steps
                 act_total += timings[key][1] * steps
     return copy_total, act_total
-
-
-def load_note() -> str:
-    """The machine's 1-minute load average: near the thread count on a quiet machine."""
-    return f"load average {os.getloadavg()[0]:.1f}"
 
 
 def baseline_rollouts(system: rc.RandomCNNSystem, batch: rc.OperatorBatch, steps: int) -> torch.Tensor:

@@ -63,6 +63,7 @@ from dynaforge.atomic import atomic_write_json
 from dynaforge.config import load_config
 from dynaforge.systems import build_system
 from dynaforge.systems import random_cnn as rc
+from machine import load_note
 
 RESULTS = Path(__file__).parent / "results" / "grouped_conv_forms.json"
 BF16_TOLERANCE = 2e-2
@@ -332,7 +333,7 @@ def main() -> None:
         f"{torch.get_num_threads()} intra-op threads"
     )
     notes_common = (
-        f"provisional: shared, loaded 2-core machine ({environment}); process CPU time, median of "
+        f"{environment}; {load_note()} when written; process CPU time, median of "
         f"{args.repeats} interleaved rounds of {args.inner} calls"
     )
     case = (

@@ -105,6 +105,7 @@ from dynaforge.evaluate.metrics import relative_l2_per_frame
 from dynaforge.models import ModelInput, ModelShape, build_model
 from dynaforge.store import DatasetFolder, generate
 from dynaforge.train import Trainer
+from machine import load_note
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_fno.json"
 QUICK_RESULTS = RESULTS.with_name("train_fno.quick.json")  # a smoke run never overwrites real figures
@@ -763,8 +764,8 @@ FAIR_COMPARISON = (
 def environment() -> str:
     return (
         f"torch {torch.__version__} with {torch.get_num_threads()} intra-op threads, Python "
-        f"{platform.python_version()}, {platform.machine()} with {os.cpu_count()} cores; timings on a shared, "
-        "loaded machine are provisional"
+        f"{platform.python_version()}, {platform.machine()} with {os.cpu_count()} cores; {load_note()} when "
+        "written"
     )
 
 

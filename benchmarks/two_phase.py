@@ -54,6 +54,7 @@ from torch import Tensor
 from dynaforge.atomic import atomic_write_text
 from dynaforge.config import load_config
 from dynaforge.train.two_phase import RelaxState, TwoPhaseTrainer, cost, relax
+from machine import load_note
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "two_phase.json"
@@ -248,7 +249,7 @@ def compare_speed(windows: int, repeats: int, work: Path) -> dict[str, Any]:
 def environment_note() -> str:
     return (
         f"torch {torch.__version__} with {torch.get_num_threads()} intra-op thread(s), Python "
-        f"{platform.python_version()}, {platform.machine()}; timings on a shared machine are provisional"
+        f"{platform.python_version()}, {platform.machine()}; {load_note()} when written"
     )
 
 
