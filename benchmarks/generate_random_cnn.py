@@ -27,7 +27,11 @@ p >= 0.01). The bf16 convolution peak of this machine is measured in the same ru
 the generator sustains are reported as a fraction of it, both in process CPU time (with one thread, the
 wall time of a quiet core; wall times on the shared machine mostly measure the other jobs). The same
 operators' convolutions alone are timed too: their share of generation's CPU time, and the speed-up
-ceiling if everything else (normalisation, activations, noise, copies) were free. The 10,000-operator
+ceiling if everything else (normalisation, activations, noise, copies) were free; and the least elementwise
+work anything must add to them (`elementwise_floor_seconds`: one copy pass over every layer output, and the
+compiled activation alone), with the tighter ceilings those set: every layer's output has to be normalised
+over the whole grid and activated before the next convolution reads it, which oneDNN cannot fuse into the
+convolution, so no engine built on these convolutions beats convolutions + one copy pass. The 10,000-operator
 projection uses CPU time per operator-step (one quiet core); the wall-time projection is in its notes.
 
     python benchmarks/generate_random_cnn.py                 # full case (~15 min on 2 busy cores)
