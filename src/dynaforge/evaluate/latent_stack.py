@@ -216,6 +216,8 @@ class LatentStack(NamedTuple):
     normalizer: Normalizer
     parameters: ParameterNormalizer
     dt: float
+    prior_steps: int = 16
+    """Sampler steps of the steady prior (its checkpoint's)."""
 
 
 def load_stack(run: str | Path, map_location: str | torch.device = "cpu") -> LatentStack:
@@ -244,4 +246,5 @@ def load_stack(run: str | Path, map_location: str | torch.device = "cpu") -> Lat
         normalizer=Normalizer.from_stats(operator_state["normalization"]),
         parameters=ParameterNormalizer.from_dict(operator_state["parameter_normalization"]),
         dt=float(operator_state["dt"]),
+        prior_steps=int(prior["sampler_steps"]) if prior is not None else 16,
     )
