@@ -561,7 +561,10 @@ def run_stages(
         raise ConfigError(f"stage={stage!r} is not valid; choose all or one of: {', '.join(STAGES)}")
     if config.data.horizon != 1:
         raise ConfigError(
-            f"the staged stack corrects one frame per call: set data.horizon=1 (got {config.data.horizon})"
+            f"data.horizon={config.data.horizon}: the staged stack predicts and corrects one frame per operator "
+            "call (the corrector's residual, the k-step rollouts and the predictor-corrector loop are frame by "
+            "frame); set data.horizon=1 (override `data.horizon=1`; k-step behaviour comes from "
+            "stages.operator.rollout_steps and stages.diffusion_residual.interval)"
         )
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
