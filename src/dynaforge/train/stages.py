@@ -13,8 +13,9 @@ diffusion_residual   conditional flow matching of the residual truth(t + k) - th
                      score of the corrected prediction
 consistency_distill  a student (started from the corrector's weights) trained so that its 1-2 step sampler
                      maps a noise draw (scaled by `temperature`, the sampling temperature it will be used
-                     at) to what the teacher's S-step sampler makes of the same draw; chosen by the same
-                     energy score as the teacher, with its own few-step sampler
+                     at) to what the teacher's S-step sampler makes of the same draw (MSE, plus a log
+                     energy-spectrum term with `spectral_weight`); chosen by the same energy score as the
+                     teacher, with its own few-step sampler
 steady_prior         conditional flow matching of long-time states (the last frames of each trajectory)
                      given the parameters; chosen by the log energy-spectrum distance between generated
                      and true validation states
@@ -255,8 +256,10 @@ class CorrectorTask:
         teacher: Corrector | None = None,
         interval: int = 1,
         temperature: float = 1.0,
+        spectral_weight: float = 0.0,
     ) -> None:
         self.config, self.data, self.operator, self.teacher = config, data, operator, teacher
+        self.spectral_weight = spectral_weight
         self.sampler_steps, self.sampler, self.interval = sampler_steps, sampler, interval
         self.temperature = temperature
         self.val = data.windows("val", config.data.history, interval)
@@ -278,7 +281,7 @@ class CorrectorTask:
         noise = self.temperature * torch.randn_like(prediction)
         target = distillation_target(self.teacher, noise, condition, params)
         student = integrate_flow(flow_velocity(model, condition, params), noise, self.sampler_steps, "euler")
-        return mse_loss(student, target)
+        return distillation_loss(student, target, self.spectral_weight)
 
     def validate(self, model: nn.Module) -> float:
         """Energy score of prediction + sampled residual against the truth (normalised units)."""
@@ -310,6 +313,16 @@ class CorrectorTask:
 
 def model_scale(model: nn.Module) -> float:
     return float(getattr(model, "module", model).config.scale)
+
+
+def distillation_loss(student: Tensor, target: Tensor, spectral_weight: float = 0.0) -> Tensor:
+    """MSE between the student's and the teacher's samples of the same noise (B, C, *space), plus
+    `spectral_weight` times the log energy-spectrum loss between them (the MSE alone lets a student smooth
+    away the small scales it cannot match; the spectrum term charges for the lost energy)."""
+    loss = mse_loss(student, target)
+    if spectral_weight > 0:
+        loss = loss + spectral_weight * log_spectrum_loss(student[:, None], target[:, None])
+    return loss
 
 
 def distillation_target(teacher: Corrector, noise: Tensor, condition: Tensor, params: Tensor) -> Tensor:
@@ -498,6 +511,7 @@ def consistency_distill(context: StageContext) -> TrainSummary:
         teacher=teacher,
         interval=int(teacher_state.get("interval", 1)),
         temperature=stage.temperature,
+        spectral_weight=stage.spectral_weight,
     )
     return fit(context, "consistency_distill", config, task, start=teacher_state["model"])
 
