@@ -162,7 +162,7 @@ def stack_html(section: Mapping[str, Any] | None, figures: Sequence[tuple[str, b
     rows = [
         (
             variant_label(name, row),
-            row["network_calls_per_step"],
+            Markup(f"{row['network_calls_per_step']:g}"),
             row["nrmse_per_step"][min(19, steps - 1)],
             row["nrmse_mean"],
             row["spectrum_error"],

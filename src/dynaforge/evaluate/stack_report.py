@@ -318,7 +318,8 @@ def rollouts_png(section: dict[str, Any], frame_dt: float | None) -> bytes:
     axes = figure.add_subplot()
     for name, row in section["rollouts"].items():
         curve = row["nrmse_per_step"]
-        axes.semilogy(range(1, len(curve) + 1), curve, label=variant_label(name, row))
+        style = "--" if name == "student" else "-"  # the student often lies on its teacher
+        axes.semilogy(range(1, len(curve) + 1), curve, style, label=variant_label(name, row))
     unit = f" (x {frame_dt:.4g} time units)" if frame_dt else ""
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel(f"rollout step{unit}")
@@ -351,7 +352,8 @@ def spread_png(section: dict[str, Any]) -> bytes:
         scatter.scatter(
             row["spread_samples"],
             row["error_samples"],
-            s=4,
+            s=6,
+            marker="x" if name == "student" else "o",
             alpha=0.4,
             color=color,
             label=f"{LABELS.get(name, name)} (r = {row['spread_error_correlation']:.3f})",
