@@ -683,7 +683,8 @@ def build_records(
                    f"parameters against the last {config.stages.steady_prior.last_frames} stored frames of each "
                    "test trajectory: mean over trajectories of the mean |log10 E_prior(k) - log10 E_true(k)| "
                    f"over energetic shells k >= 1; energy of samples / truth {steady['energy_ratio']:.3f}; "
-                   f"validation metric that chose the checkpoint (natural log, all shells, normalised units): "
+                   "validation metric that chose the checkpoint (the same distance, spectra pooled over the "
+                   "validation states): "
                    + (f"{val:.3f}" if val is not None else "n/a") + f"; {env}")
         )  # fmt: skip
     for name in ("corrector", "student"):

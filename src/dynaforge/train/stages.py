@@ -17,8 +17,8 @@ consistency_distill  a student (started from the corrector's weights) trained so
                      energy-spectrum term with `spectral_weight`); chosen by the same energy score as the
                      teacher, with its own few-step sampler
 steady_prior         conditional flow matching of long-time states (the last frames of each trajectory)
-                     given the parameters; chosen by the log energy-spectrum distance between generated
-                     and true validation states
+                     given the parameters; chosen by the log10 energy-spectrum distance (energetic shells)
+                     between generated and true validation states
 
 Each stage trains with the shared loop (`dynaforge.train.trainer.Trainer` and a `TrainTask`) into its own
 run folder RUN/<stage>/ (config.yaml with the stage's resolved config, metrics.jsonl, checkpoints/), so
@@ -63,6 +63,7 @@ from dynaforge.data.windows import WindowDataset
 from dynaforge.evaluate.latent_stack import Corrector, conditioned_rollout, energy_score
 from dynaforge.evaluate.metrics import nrmse_per_sample
 from dynaforge.evaluate.spectral import energy_spectrum
+from dynaforge.evaluate.stack_report import spectrum_distance
 from dynaforge.models.flow import FlowInput, flow_velocity, integrate_flow, sample
 from dynaforge.models.latent import Conditions
 from dynaforge.models.registry import model_from_checkpoint
@@ -355,16 +356,18 @@ class SteadyPriorTask:
         return flow_matching_loss(model, state / model_scale(model), empty, batch[2])  # no condition frames
 
     def validate(self, model: nn.Module) -> float:
-        """Mean |log E_generated(k) - log E_true(k)| of the mean spectra of generated and true val states."""
+        """Mean |log10 E_generated(k) - log10 E_true(k)| of the mean spectra of generated and true val
+        states, over the energetic shells k >= 1 (`dynaforge.evaluate.stack_report.spectrum_distance`: the
+        dissipation range's near-empty shells, whose logarithms would dominate, are left out)."""
         device = next(model.parameters()).device
         batch = collate(self.val, self.val_indices, device)
         truth = batch[1][:, 0]
         noise = validation_noise(tuple(truth.shape), self.config.stages.seed, device)
         empty = truth.new_zeros((truth.shape[0], 0, *truth.shape[1:]))
         generated = sample(model, noise, empty, batch[2], self.stage.sampler_steps)
-        e_gen = energy_spectrum(generated[:, None].float()).mean(dim=0)
-        e_true = energy_spectrum(truth[:, None].float()).mean(dim=0)
-        return float((torch.log(e_gen + SPECTRUM_FLOOR) - torch.log(e_true + SPECTRUM_FLOOR)).abs().mean())
+        e_gen = energy_spectrum(generated[:, None].float()).mean(dim=(0, 1, 2))
+        e_true = energy_spectrum(truth[:, None].float()).mean(dim=(0, 1, 2))
+        return spectrum_distance(e_gen, e_true)
 
     def checkpoint_extras(self) -> dict[str, Any]:
         return {**self.data.extras(), "sampler_steps": self.stage.sampler_steps, "sampler": "euler"}
