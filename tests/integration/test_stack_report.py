@@ -19,6 +19,7 @@ FAST = [
     "stages.diffusion_residual.epochs=1",
     "stages.diffusion_residual.interval=2",
     "stages.consistency_distill.epochs=1",
+    "stages.consistency_distill.temperature=0.5",
     "stages.steady_prior.epochs=1",
     "evaluate.rollout_frames=6",
 ]
@@ -54,6 +55,8 @@ def test_evaluating_a_stack_reports_rollouts_ensembles_and_prior(stack: Path, on
     # cost in network calls: S = 4 every 2 steps, the 1-step student every 2 steps
     assert rollouts["corrector"]["network_calls_per_step"] == 2.0
     assert rollouts["student"]["network_calls_per_step"] == 0.5
+    # teacher and student compared at the temperature the student was distilled at
+    assert rollouts["corrector"]["temperature"] == rollouts["student"]["temperature"] == 0.5
     for name in ("corrector", "student"):
         ensemble = section["ensembles"][name]
         assert -1.0 <= ensemble["spread_error_correlation"] <= 1.0
@@ -65,8 +68,8 @@ def test_evaluating_a_stack_reports_rollouts_ensembles_and_prior(stack: Path, on
     for text in (
         "Latent stack: predictor-corrector rollouts and ensembles",
         "operator alone",
-        "S-step corrector (4 step(s), every 2 step(s)",
-        "distilled student (1 step(s), every 2 step(s)",
+        "S-step corrector (4 step(s), every 2 step(s), temperature 0.5)",
+        "distilled student (1 step(s), every 2 step(s), temperature 0.5)",
         "spread-error correlation",
         "Ensemble spread against the error of the ensemble mean",
         "Steady prior",

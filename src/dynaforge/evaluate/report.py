@@ -199,7 +199,7 @@ def stack_html(section: Mapping[str, Any] | None, figures: Sequence[tuple[str, b
     )
     return f"""<h2>Latent stack: predictor-corrector rollouts and ensembles</h2>
 <p>The operator alone and with each corrector from the same true frames; each corrector runs every k
-steps at the temperature its checkpoint records (noise seed 0). The long-horizon spectrum error is the mean
+steps, both at the temperature the student was distilled at (noise seed 0). The long-horizon spectrum error is the mean
 |log10 E_pred(k) - log10 E_true(k)| over energetic shells, spectra averaged over the trajectories and the
 second half of the rollout.</p>
 {rollouts}

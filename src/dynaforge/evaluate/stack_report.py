@@ -5,7 +5,8 @@ trajectory's own parameters and the model dt. The stack section adds, on the sam
 true frames at `evaluate.start_frame`):
 - the predictor-corrector rollouts: the operator alone, with the S-step corrector (stage
   `diffusion_residual`) and with the few-step student (stage `consistency_distill`), each applied every k
-  steps at the temperature its checkpoint records; nRMSE against the rollout step, its mean, the
+  steps at the student's temperature (the one it was distilled at, so that the two are compared on the
+  same noise; the corrector's own, 1, without a student); nRMSE against the rollout step, its mean, the
   long-horizon energy-spectrum error (`long_horizon_spectrum_error`) and the corrector's network calls
   per rollout step (its cost; wall times are left to `benchmarks/latent_stack.py`, so that metrics.json
   stays the same byte for byte from one evaluation to the next);
@@ -18,6 +19,7 @@ true frames at `evaluate.start_frame`):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -192,7 +194,10 @@ def stack_section(
     steps = truth.shape[1]
     variants: dict[str, Corrector | None] = {"operator": None}
     if stack.corrector is not None:
-        variants["corrector"] = stack.corrector
+        corrector = stack.corrector
+        if stack.student is not None:  # compared at the temperature its student was distilled at
+            corrector = dataclasses.replace(corrector, temperature=stack.student.temperature)
+        variants["corrector"] = corrector
     if stack.student is not None:
         variants["student"] = stack.student
     results: dict[str, Any] = {}
