@@ -91,3 +91,30 @@ def test_spectrum_distance_counts_energetic_shells_only() -> None:
     fields = torch.sin(3 * x).expand(2, 4, 1, 32)
     assert long_horizon_spectrum_error(fields, fields) == pytest.approx(0.0, abs=1e-6)
     assert long_horizon_spectrum_error(2 * fields, fields) == pytest.approx(math.log10(4), rel=1e-5)
+
+
+def test_dynaforge_run_with_stage_all_trains_and_reports_the_stack(tmp_path: Path, one_thread: None) -> None:
+    from dynaforge.cli import main
+
+    overrides = [
+        *FAST,
+        "dataset.n_train=4",
+        "stages.val_windows=8",
+        "evaluate.rollout_frames=4",
+        "evaluate.worst_samples=1",
+        "evaluate.plot_samples=1",
+    ]
+    command = [
+        "-q",
+        "run",
+        str(CONFIGS / "tiny-latent.yaml"),
+        "stage=all",
+        *overrides,
+        "--out",
+        str(tmp_path),
+    ]
+    assert main([*command, "--no-progress"]) == 0
+    status = json.loads((tmp_path / "run" / "stages.json").read_text())
+    assert all(record["status"] == "done" for record in status["stages"].values())
+    html = (tmp_path / "run" / "eval" / "report.html").read_text()
+    assert "Latent stack: predictor-corrector rollouts and ensembles" in html and "Steady prior" in html
