@@ -235,7 +235,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         "overrides",
         nargs="*",
         metavar="key=value",
-        help="dotted overrides, e.g. system.dt=0.005 (train: stage=all trains the staged latent stack)",
+        help="dotted overrides, e.g. system.dt=0.005 (train, run: stage=all trains the staged latent stack)",
     )
 
 
@@ -403,8 +403,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
 def run_run(args: argparse.Namespace) -> int:
     from dynaforge.pipeline import run_pipeline
 
-    config = load_config(args.config, args.overrides)
-    report = run_pipeline(config, args.out, progress=False if args.no_progress else None)
+    stage = [item.split("=", 1)[1] for item in args.overrides if item.startswith("stage=")]
+    overrides = [item for item in args.overrides if not item.startswith("stage=")]
+    config = load_config(args.config, overrides)
+    progress = False if args.no_progress else None
+    report = run_pipeline(config, args.out, progress=progress, stage=stage[-1] if stage else None)
     print_evaluation(json.loads((report.parent / "metrics.json").read_text()))
     print(f"report: {report}")
     return 0

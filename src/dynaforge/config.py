@@ -1344,8 +1344,13 @@ class DistillStageConfig:
     temperature: float = 1.0
     """Scale of the noise draws the student learns on (student and teacher map the same scaled draw); set
     it to the sampling temperature used at inference (`Corrector.temperature`). > 0."""
+    spectral_weight: float = 0.0
+    """Weight of a log energy-spectrum loss between the student's and the teacher's residuals, beside the
+    MSE (0: MSE alone). The MSE alone lets a student smooth away the small scales it cannot match."""
 
     def __post_init__(self) -> None:
+        if self.spectral_weight < 0:
+            raise ConfigError(f"spectral_weight must be >= 0, got {self.spectral_weight}")
         if self.student_steps not in (1, 2):
             raise ConfigError(f"student_steps must be 1 or 2, got {self.student_steps}")
         if self.temperature <= 0:

@@ -24,14 +24,24 @@ from dynaforge.train import load_checkpoint, train
 log = logging.getLogger(__name__)
 
 
-def run_pipeline(config: Config, root: str | Path, progress: bool | None = None) -> Path:
-    """Run every stage that is not done yet; returns the path of the HTML report."""
+def run_pipeline(
+    config: Config, root: str | Path, progress: bool | None = None, stage: str | None = None
+) -> Path:
+    """Run every stage that is not done yet; returns the path of the HTML report. `stage` (`all` or a
+    stage's name, from `dynaforge run CONFIG stage=all`): ROOT/run is a staged latent stack
+    (`dynaforge.train.stages`, whose own stages.json skips finished stages), evaluated with its stack
+    section (always rerun)."""
     root = Path(root)
     data, run = root / "data", run_folder(root / "run")
     if dataset_is_complete(data, config):
         log.info("generate: skipped, %s is complete", data)
     else:
         generate(config, data, progress=progress)
+    if stage is not None:
+        from dynaforge.train.stages import run_stages
+
+        run_stages(config, data, run.root, stage, progress=progress)
+        return evaluate(run.root, data, config.evaluate).report
     if training_is_complete(run.root, config):
         log.info("train: skipped, %s is complete", run.root)
     else:

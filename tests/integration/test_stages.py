@@ -129,3 +129,12 @@ def test_sigkill_mid_stage_then_rerun_resumes_that_stage(
     resumes = [r for r in records if r.get("kind") == "resume"]
     assert len(resumes) == 1 and resumes[0]["step"] > 0  # resumed from where it was killed, not from scratch
     assert max(r["epoch"] for r in records if r.get("kind") == "epoch") == 12
+
+
+def test_a_multi_frame_horizon_is_refused_with_the_fix(stack_data: Path, tmp_path: Path) -> None:
+    from dynaforge.config import ConfigError
+
+    config = load_config(CONFIGS / "tiny-latent.yaml", [*FAST, "data.horizon=2"])
+    with pytest.raises(ConfigError, match=r"set data\.horizon=1.*stages\.diffusion_residual\.interval"):
+        run_stages(config, stack_data, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()  # refused before anything is written

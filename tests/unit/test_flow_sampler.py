@@ -248,3 +248,21 @@ def test_rollout_defaults_to_the_correctors_interval() -> None:
     )
     assert torch.equal(own, explicit)
     assert torch.allclose(own[:, 1], torch.full_like(own[:, 1], 2.0))  # uncorrected until step 3
+
+
+def test_distillation_loss_spectral_term_charges_a_smoothed_student() -> None:
+    from dynaforge.config import ConfigError, DistillStageConfig
+    from dynaforge.train.stages import distillation_loss, log_spectrum_loss
+
+    x = torch.linspace(0, 2 * math.pi, 65, dtype=torch.float32)[:-1]
+    target = (torch.sin(2 * x) + 0.3 * torch.sin(17 * x)).expand(4, 1, 64)
+    smoothed = torch.sin(2 * x).expand(4, 1, 64)  # the small scale lost
+    mse = float(((smoothed - target) ** 2).mean())
+    assert float(distillation_loss(smoothed, target)) == pytest.approx(mse)
+    with_spectrum = float(distillation_loss(smoothed, target, spectral_weight=0.5))
+    spectral = float(log_spectrum_loss(smoothed[:, None], target[:, None]))
+    assert with_spectrum == pytest.approx(mse + 0.5 * spectral, rel=1e-6)
+    assert spectral > 0.1  # the lost shell is charged
+    assert float(distillation_loss(target, target, spectral_weight=0.5)) == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ConfigError, match="spectral_weight"):
+        DistillStageConfig(spectral_weight=-1.0)

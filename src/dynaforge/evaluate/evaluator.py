@@ -5,7 +5,10 @@ RUN/eval/metrics.json holds `one_step_nrmse` (one model call from true inputs, e
 every test trajectory), both PDEBench's nRMSE; then every metric of `dynaforge.evaluate.suite` for the one-step
 predictions (`one_step`), averaged over the rollout (`rollout`) and per rollout step (`rollout_per_frame`),
 the geometric mean of the rollout nRMSE, The Well's time windows, the correlation time, the conserved
-quantities' drift, energy spectra and the worst test samples. Evaluation is deterministic: the same run, data and device give the same
+quantities' drift, energy spectra and the worst test samples. RUN may be the root of a staged latent
+stack (`dynaforge train ... stage=all`): its operator is scored with each trajectory's conditions, and
+`latent_stack` holds the predictor-corrector rollouts, ensembles and steady prior
+(`dynaforge.evaluate.stack_report`). Evaluation is deterministic: the same run, data and device give the same
 metrics.json byte for byte (no timestamps; fixed batches and order).
 """
 
@@ -31,6 +34,7 @@ from dynaforge.config import (
     resolve_device,
 )
 from dynaforge.data import Normalizer
+from dynaforge.evaluate.latent_stack import LatentStack, load_stack
 from dynaforge.evaluate.plots import (
     error_vs_step_png,
     metric_curves_png,
@@ -40,6 +44,14 @@ from dynaforge.evaluate.plots import (
 )
 from dynaforge.evaluate.report import render_report
 from dynaforge.evaluate.rollout import Rollouts, one_step_predictions, rollouts
+from dynaforge.evaluate.stack_report import (
+    is_stack,
+    stack_figures,
+    stack_one_step,
+    stack_rollouts,
+    stack_section,
+    steady_prior_score,
+)
 from dynaforge.evaluate.suite import METRICS as METRICS_INFO
 from dynaforge.evaluate.suite import PANELS, MetricSettings, score_predictions, score_rollouts
 from dynaforge.models import ModelShape, model_from_checkpoint
@@ -69,7 +81,9 @@ def evaluate(
     """
     folder = run_folder(run)
     config = config or evaluate_config_of(folder)
-    checkpoint_path = folder.checkpoint(config.checkpoint)
+    # a staged latent stack: the operator stage's checkpoint is the model, the stack's root gets eval/
+    model_folder = run_folder(folder.root / "operator") if is_stack(folder.root) else folder
+    checkpoint_path = model_folder.checkpoint(config.checkpoint)
     device = torch.device(resolve_device(config.device))
     checkpoint = load_checkpoint(checkpoint_path, map_location=device)
     model = model_from_checkpoint(checkpoint).to(device).eval()
@@ -82,18 +96,26 @@ def evaluate(
     stride, batch_size = trained.data.stride, trained.data.batch_size
     settings = metric_settings(config, dataset, test, shape, stride)
 
-    one_step = one_step_predictions(model, normalizer, test.fields, shape, stride, batch_size, device)
-    rolled = rollouts(
-        model,
-        normalizer,
-        test.fields,
-        shape,
-        stride,
-        config.start_frame,
-        config.rollout_frames,
-        batch_size,
-        device,
-    )
+    stack = None
+    if model_folder is not folder:
+        stack = load_stack(folder.root, device)._replace(operator=model)
+        one_step = stack_one_step(stack, test.fields, test.params, shape, stride, batch_size)
+        rolled = stack_rollouts(
+            stack, test.fields, test.params, shape, stride, config.start_frame, config.rollout_frames
+        )
+    else:
+        one_step = one_step_predictions(model, normalizer, test.fields, shape, stride, batch_size, device)
+        rolled = rollouts(
+            model,
+            normalizer,
+            test.fields,
+            shape,
+            stride,
+            config.start_frame,
+            config.rollout_frames,
+            batch_size,
+            device,
+        )
     one_step_scores = score_predictions(one_step, settings)
     scores = score_rollouts(rolled, settings)
     rollout_nrmse = scores["curves"]["nrmse"]
@@ -127,7 +149,9 @@ def evaluate(
         "data": str(dataset.root),
         "evaluate_config": config_to_dict(config),
     }
-    report = write_outputs(folder, metrics, rolled, config, trained)
+    if stack is not None:
+        metrics["latent_stack"] = stack_metrics(stack, rolled, test, dataset, trained)
+    report = write_outputs(folder, metrics, rolled, config, trained, model_folder)
     log.info(
         "test one-step nRMSE %.3e, rollout nRMSE at step %d %.3e; report: %s",
         metrics["one_step_nrmse"],
@@ -136,6 +160,18 @@ def evaluate(
         report,
     )
     return EvaluationResult(metrics=metrics, report=report)
+
+
+def stack_metrics(
+    stack: LatentStack, rolled: Rollouts, test: SplitArrays, dataset: DatasetFolder, trained: Config
+) -> dict[str, Any]:
+    """The stack section of metrics.json (`dynaforge.evaluate.stack_report.stack_section`)."""
+    steady = None
+    if stack.steady_prior is not None:
+        last_frames = min(trained.stages.steady_prior.last_frames, test.fields.shape[1])
+        train_fields = dataset.read_split("train").fields
+        steady = steady_prior_score(stack, test.fields, test.params, train_fields, last_frames)
+    return stack_section(stack, rolled, test.params, steady=steady)
 
 
 def metric_settings(
@@ -208,12 +244,20 @@ def domain_lengths(test: SplitArrays, spatial_dims: int) -> tuple[float, ...]:
 
 
 def write_outputs(
-    folder: RunFolder, metrics: dict[str, Any], rolled: Rollouts, config: EvaluateConfig, trained: Config
+    folder: RunFolder,
+    metrics: dict[str, Any],
+    rolled: Rollouts,
+    config: EvaluateConfig,
+    trained: Config,
+    model_folder: RunFolder | None = None,
 ) -> Path:
-    """metrics.json, the PNG figures beside it, and report.html (figures embedded), all atomically."""
+    """metrics.json, the PNG figures beside it, and report.html (figures embedded), all atomically.
+    `model_folder`: where the model's training log is (a stack's operator stage; default `folder`)."""
     out = folder.eval
     out.mkdir(parents=True, exist_ok=True)
     figures = report_figures(metrics, rolled, config)
+    if "latent_stack" in metrics:
+        figures["stack"] = stack_figures(metrics["latent_stack"], metrics["frame_dt"])
     for section in figures.values():
         for _, name, png in section:
             atomic_write_bytes(out / name, png)
@@ -223,7 +267,7 @@ def write_outputs(
         metrics=metrics,
         figures={key: [(caption, png) for caption, _, png in section] for key, section in figures.items()},
         config_yaml=config_to_yaml(trained),
-        training=training_summary(folder),
+        training=training_summary(model_folder or folder),
     )
     atomic_write_text(out / REPORT, html)
     return out / REPORT

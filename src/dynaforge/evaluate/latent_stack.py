@@ -85,21 +85,52 @@ class Corrector:
         if noise.ndim == prediction.ndim:
             noise = noise[None]
         draws = noise.shape[0]
-        condition = torch.stack([prediction, previous], dim=1).repeat(draws, *(1,) * prediction.ndim)
+        condition = torch.stack([prediction, previous], dim=1)
+        if draws > 1:  # one batch of every draw (one draw: no copies, no mean)
+            condition, params = condition.repeat(draws, *(1,) * prediction.ndim), params.repeat(draws, 1)
         samples = sample(
             self.model,
             self.temperature * noise.flatten(0, 1),
             condition,
-            params.repeat(draws, 1),
+            params,
             self.steps,
             self.method,  # type: ignore[arg-type]
         )
-        return samples.unflatten(0, (draws, -1)).mean(dim=0)
+        return samples if draws == 1 else samples.unflatten(0, (draws, -1)).mean(dim=0)
 
 
 def energy(frame: Tensor) -> Tensor:
     """Mean square of each sample's frame: (B, C, *space) -> (B,)."""
     return frame.float().square().flatten(1).mean(dim=1)
+
+
+def corrected(
+    corrector: Corrector,
+    prediction: Tensor,
+    previous: Tensor,
+    params: Tensor,
+    scheduled: bool,
+    reference: Tensor | None,
+    drift_threshold: float | None,
+    generator: torch.Generator | None,
+) -> tuple[Tensor, Tensor | None]:
+    """One step's correction: every sample when `scheduled`, and (with `drift_threshold` and the energy
+    `reference` of each sample's last true or corrected frame) the samples whose energy drifted; returns
+    the frame and the updated reference. Without a threshold no energy is tracked (the hot loop's
+    bookkeeping stays off)."""
+    due = None  # None: the schedule alone decides, for every sample at once
+    if reference is not None and drift_threshold is not None:
+        drift = (energy(prediction) / reference.clamp_min(1e-12) - 1).abs()
+        due = (drift > drift_threshold) | scheduled
+    if not scheduled and (due is None or not bool(due.any())):
+        return prediction, reference
+    noise = torch.randn((corrector.draws, *prediction.shape), generator=generator, dtype=torch.float32)
+    residual = corrector.residual(prediction, previous, params, noise.to(prediction))
+    if due is None:
+        return prediction + residual, reference
+    view = (-1,) + (1,) * (prediction.ndim - 1)
+    prediction = torch.where(due.view(view), prediction + residual, prediction)
+    return prediction, torch.where(due, energy(prediction), reference)
 
 
 def predictor_corrector_rollout(
@@ -120,23 +151,21 @@ def predictor_corrector_rollout(
     every = every or 1
     history = frames.shape[1]
     window, predicted = frames, []
-    reference = energy(frames[:, -1])
+    tracked = corrector is not None and drift_threshold is not None
+    reference = energy(frames[:, -1]) if tracked else None
     for step in range(steps):
         prediction = operator_step(operator, window, conditions)[:, 0]
         if corrector is not None:
-            due = torch.full_like(reference, float((step + 1) % every == 0), dtype=torch.bool)
-            if drift_threshold is not None:
-                drift = (energy(prediction) / reference.clamp_min(1e-12) - 1).abs()
-                due = due | (drift > drift_threshold)
-            if bool(due.any()):
-                shape = (corrector.draws, *prediction.shape)
-                noise = torch.randn(shape, generator=generator, dtype=torch.float32)
-                residual = corrector.residual(
-                    prediction, window[:, -1], conditions.params, noise.to(prediction)
-                )
-                view = (-1,) + (1,) * (prediction.ndim - 1)
-                prediction = torch.where(due.view(view), prediction + residual, prediction)
-                reference = torch.where(due, energy(prediction), reference)
+            prediction, reference = corrected(
+                corrector,
+                prediction,
+                window[:, -1],
+                conditions.params,
+                (step + 1) % every == 0,
+                reference,
+                drift_threshold,
+                generator,
+            )
         predicted.append(prediction)
         window = torch.cat([window, prediction[:, None]], dim=1)[:, -history:]
     return torch.stack(predicted, dim=1)
@@ -216,6 +245,8 @@ class LatentStack(NamedTuple):
     normalizer: Normalizer
     parameters: ParameterNormalizer
     dt: float
+    prior_steps: int = 16
+    """Sampler steps of the steady prior (its checkpoint's)."""
 
 
 def load_stack(run: str | Path, map_location: str | torch.device = "cpu") -> LatentStack:
@@ -244,4 +275,5 @@ def load_stack(run: str | Path, map_location: str | torch.device = "cpu") -> Lat
         normalizer=Normalizer.from_stats(operator_state["normalization"]),
         parameters=ParameterNormalizer.from_dict(operator_state["parameter_normalization"]),
         dt=float(operator_state["dt"]),
+        prior_steps=int(prior["sampler_steps"]) if prior is not None else 16,
     )

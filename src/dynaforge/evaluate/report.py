@@ -1,7 +1,8 @@
 """The evaluation report: one self-contained HTML file (figures embedded as base64 PNG), readable offline.
 
 Sections: summary, a table of every metric (definition and source, one-step value, rollout values), the
-error against the rollout step for each metric, The Well's time windows, the correlation time, physics
+error against the rollout step for each metric, for a staged latent stack its predictor-corrector rollouts
+and ensembles (`dynaforge.evaluate.stack_report`), The Well's time windows, the correlation time, physics
 diagnostics (conserved quantities, energy spectra), the worst test samples, sample figures, the training
 summary and the run's config.
 """
@@ -150,6 +151,67 @@ def worst_table(metrics: Mapping[str, Any]) -> str:
     return table(("rank", "test trajectory", "rollout nRMSE (mean over steps)"), rows)
 
 
+def stack_html(section: Mapping[str, Any] | None, figures: Sequence[tuple[str, bytes]]) -> str:
+    """The staged latent stack's section (empty for a single model): predictor-corrector rollouts,
+    ensemble spread against error, the steady prior's score."""
+    if not section:
+        return ""
+    from dynaforge.evaluate.stack_report import LABELS, variant_label
+
+    steps = section["steps"]
+    rows = [
+        (
+            variant_label(name, row),
+            Markup(f"{row['network_calls_per_step']:g}"),
+            row["nrmse_per_step"][min(19, steps - 1)],
+            row["nrmse_mean"],
+            row["spectrum_error"],
+        )
+        for name, row in section["rollouts"].items()
+    ]
+    rollouts = table(
+        (
+            "rollout",
+            "corrector network calls per step",
+            f"nRMSE at step {min(20, steps)}",
+            f"nRMSE mean over {steps} steps",
+            "long-horizon log10 spectrum error",
+        ),
+        rows,
+    )
+    ensembles = table(
+        ("corrector", "spread-error correlation", "nRMSE of the ensemble mean (mean over steps)"),
+        [
+            (LABELS.get(name, name), row["spread_error_correlation"], row["mean_nrmse"])
+            for name, row in section["ensembles"].items()
+        ],
+    )
+    steady = section.get("steady_prior")
+    prior = (
+        "<p>No steady prior in this stack.</p>"
+        if not steady
+        else "<p>Steady prior: log10 spectrum distance of its samples for the test parameters to the test "
+        "trajectories' long-time states, against the training split's mean long-time spectrum.</p>"
+        + table(
+            ("steady prior", "training-set mean spectrum (baseline)", "energy of samples / truth", "samples"),
+            [(steady["prior"], steady["baseline"], steady["energy_ratio"], steady["samples"])],
+        )
+    )
+    return f"""<h2>Latent stack: predictor-corrector rollouts and ensembles</h2>
+<p>The operator alone and with each corrector from the same true frames; each corrector runs every k
+steps, both at the temperature the student was distilled at (noise seed 0). The long-horizon spectrum error is the mean
+|log10 E_pred(k) - log10 E_true(k)| over energetic shells, spectra averaged over the trajectories and the
+second half of the rollout.</p>
+{rollouts}
+<h3>Ensembles of {section["members"]} rollouts</h3>
+<p>Pearson correlation, over every (trajectory, step), of the ensemble's RMS spread and the RMS error of its
+mean.</p>
+{ensembles}
+{figures_html(figures)}
+{prior}
+"""
+
+
 def render_report(
     title: str,
     metrics: Mapping[str, Any],
@@ -190,6 +252,7 @@ APEBench (geometric mean of the nRMSE over the rollout); each is documented in
 </details>
 <h3>The Well's time windows (mean over each window of rollout steps, 0-based, end excluded)</h3>
 {windows_table(metrics)}
+{stack_html(metrics.get("latent_stack"), figures.get("stack", ()))}
 <h2>Physics diagnostics</h2>
 {physics_html(metrics)}
 {figures_html(figures.get("physics", ()))}

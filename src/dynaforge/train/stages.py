@@ -13,11 +13,12 @@ diffusion_residual   conditional flow matching of the residual truth(t + k) - th
                      score of the corrected prediction
 consistency_distill  a student (started from the corrector's weights) trained so that its 1-2 step sampler
                      maps a noise draw (scaled by `temperature`, the sampling temperature it will be used
-                     at) to what the teacher's S-step sampler makes of the same draw; chosen by the same
-                     energy score as the teacher, with its own few-step sampler
+                     at) to what the teacher's S-step sampler makes of the same draw (MSE, plus a log
+                     energy-spectrum term with `spectral_weight`); chosen by the same energy score as the
+                     teacher, with its own few-step sampler
 steady_prior         conditional flow matching of long-time states (the last frames of each trajectory)
-                     given the parameters; chosen by the log energy-spectrum distance between generated
-                     and true validation states
+                     given the parameters; chosen by the log10 energy-spectrum distance (energetic shells)
+                     between generated and true validation states
 
 Each stage trains with the shared loop (`dynaforge.train.trainer.Trainer` and a `TrainTask`) into its own
 run folder RUN/<stage>/ (config.yaml with the stage's resolved config, metrics.jsonl, checkpoints/), so
@@ -62,6 +63,7 @@ from dynaforge.data.windows import WindowDataset
 from dynaforge.evaluate.latent_stack import Corrector, conditioned_rollout, energy_score
 from dynaforge.evaluate.metrics import nrmse_per_sample
 from dynaforge.evaluate.spectral import energy_spectrum
+from dynaforge.evaluate.stack_report import spectrum_distance
 from dynaforge.models.flow import FlowInput, flow_velocity, integrate_flow, sample
 from dynaforge.models.latent import Conditions
 from dynaforge.models.registry import model_from_checkpoint
@@ -255,8 +257,10 @@ class CorrectorTask:
         teacher: Corrector | None = None,
         interval: int = 1,
         temperature: float = 1.0,
+        spectral_weight: float = 0.0,
     ) -> None:
         self.config, self.data, self.operator, self.teacher = config, data, operator, teacher
+        self.spectral_weight = spectral_weight
         self.sampler_steps, self.sampler, self.interval = sampler_steps, sampler, interval
         self.temperature = temperature
         self.val = data.windows("val", config.data.history, interval)
@@ -278,7 +282,7 @@ class CorrectorTask:
         noise = self.temperature * torch.randn_like(prediction)
         target = distillation_target(self.teacher, noise, condition, params)
         student = integrate_flow(flow_velocity(model, condition, params), noise, self.sampler_steps, "euler")
-        return mse_loss(student, target)
+        return distillation_loss(student, target, self.spectral_weight)
 
     def validate(self, model: nn.Module) -> float:
         """Energy score of prediction + sampled residual against the truth (normalised units)."""
@@ -312,6 +316,16 @@ def model_scale(model: nn.Module) -> float:
     return float(getattr(model, "module", model).config.scale)
 
 
+def distillation_loss(student: Tensor, target: Tensor, spectral_weight: float = 0.0) -> Tensor:
+    """MSE between the student's and the teacher's samples of the same noise (B, C, *space), plus
+    `spectral_weight` times the log energy-spectrum loss between them (the MSE alone lets a student smooth
+    away the small scales it cannot match; the spectrum term charges for the lost energy)."""
+    loss = mse_loss(student, target)
+    if spectral_weight > 0:
+        loss = loss + spectral_weight * log_spectrum_loss(student[:, None], target[:, None])
+    return loss
+
+
 def distillation_target(teacher: Corrector, noise: Tensor, condition: Tensor, params: Tensor) -> Tensor:
     """What the teacher's S-step sampler makes of `noise` (in the flow's unit-variance coordinates): the
     student's regression target for the same noise."""
@@ -342,16 +356,18 @@ class SteadyPriorTask:
         return flow_matching_loss(model, state / model_scale(model), empty, batch[2])  # no condition frames
 
     def validate(self, model: nn.Module) -> float:
-        """Mean |log E_generated(k) - log E_true(k)| of the mean spectra of generated and true val states."""
+        """Mean |log10 E_generated(k) - log10 E_true(k)| of the mean spectra of generated and true val
+        states, over the energetic shells k >= 1 (`dynaforge.evaluate.stack_report.spectrum_distance`: the
+        dissipation range's near-empty shells, whose logarithms would dominate, are left out)."""
         device = next(model.parameters()).device
         batch = collate(self.val, self.val_indices, device)
         truth = batch[1][:, 0]
         noise = validation_noise(tuple(truth.shape), self.config.stages.seed, device)
         empty = truth.new_zeros((truth.shape[0], 0, *truth.shape[1:]))
         generated = sample(model, noise, empty, batch[2], self.stage.sampler_steps)
-        e_gen = energy_spectrum(generated[:, None].float()).mean(dim=0)
-        e_true = energy_spectrum(truth[:, None].float()).mean(dim=0)
-        return float((torch.log(e_gen + SPECTRUM_FLOOR) - torch.log(e_true + SPECTRUM_FLOOR)).abs().mean())
+        e_gen = energy_spectrum(generated[:, None].float()).mean(dim=(0, 1, 2))
+        e_true = energy_spectrum(truth[:, None].float()).mean(dim=(0, 1, 2))
+        return spectrum_distance(e_gen, e_true)
 
     def checkpoint_extras(self) -> dict[str, Any]:
         return {**self.data.extras(), "sampler_steps": self.stage.sampler_steps, "sampler": "euler"}
@@ -498,6 +514,7 @@ def consistency_distill(context: StageContext) -> TrainSummary:
         teacher=teacher,
         interval=int(teacher_state.get("interval", 1)),
         temperature=stage.temperature,
+        spectral_weight=stage.spectral_weight,
     )
     return fit(context, "consistency_distill", config, task, start=teacher_state["model"])
 
@@ -561,7 +578,10 @@ def run_stages(
         raise ConfigError(f"stage={stage!r} is not valid; choose all or one of: {', '.join(STAGES)}")
     if config.data.horizon != 1:
         raise ConfigError(
-            f"the staged stack corrects one frame per call: set data.horizon=1 (got {config.data.horizon})"
+            f"data.horizon={config.data.horizon}: the staged stack predicts and corrects one frame per operator "
+            "call (the corrector's residual, the k-step rollouts and the predictor-corrector loop are frame by "
+            "frame); set data.horizon=1 (override `data.horizon=1`; k-step behaviour comes from "
+            "stages.operator.rollout_steps and stages.diffusion_residual.interval)"
         )
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
