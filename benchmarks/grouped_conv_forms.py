@@ -23,8 +23,9 @@ convolution (groups=K). This script times, in one process, on the conv shapes of
 - grouped forms (K operators, groups=K): `grouped_conv2d` against `grouped_bmm` (flat im2col per operator,
   one torch.bmm over K), and the grouped convolution against K per-operator calls of the same shape.
 
-Measured here (provisional, loaded 2-core machine, one thread, torch 2.13.0): the engine's F.conv2d sustains
-81-86% of the measured bf16 conv peak (about 1420 GFLOP/s) over the workload's shape mix; its hidden layers
+Measured here (one thread, torch 2.13.0; two runs, the second with one other job on the second core): the
+engine's F.conv2d sustains 74-86% of the measured bf16 conv peak (which itself came out at 1420 and 1750
+GFLOP/s in the two runs) over the workload's shape mix; its hidden layers
 (16-64 channels in, 3x3 and 5x5) run at 80-105% of that peak, only the C=3 stems (100-400 GFLOP/s) and the
 64->3 1x1 head (50 GFLOP/s) are far below it, and they are about 11% of the convolution time. No form
 reaches the 1.3x over F.conv2d asked for: prepacked weights 1.10-1.17x on the mix (mostly on the small
