@@ -111,6 +111,7 @@ from dynaforge.train.stages import (
     run_stages,
 )
 from dynaforge.train.trainer import Trainer
+from machine import load_note
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "latent_stack.json"
@@ -582,8 +583,8 @@ def build_records(
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), Python {platform.python_version()}; "
         f"stage seconds: "
         + ", ".join(f"{k} {v['seconds']:.0f}" for k, v in status.items())
-        + f"; FNO {fno_epochs} epochs in {fno_seconds:.0f} s; generation {generation:.0f} s; shared machine: "
-        "timings provisional"
+        + f"; FNO {fno_epochs} epochs in {fno_seconds:.0f} s; generation {generation:.0f} s; {load_note()} "
+        "when written"
     )
 
     def describe(name: str, source: dict[str, dict[str, float]] = score) -> str:
