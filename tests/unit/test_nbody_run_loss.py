@@ -26,7 +26,7 @@ from dynaforge.systems.nbody_control import (
 )
 from dynaforge.systems.nbody_initial import kepler_orbit
 from dynaforge.train.log import read_metrics
-from dynaforge.train.nbody_controller import RunLoss, run_loss, train_controller
+from dynaforge.train.nbody_controller import RunLoss, Trainer, run_loss, train_controller
 
 TINY = Path(__file__).resolve().parents[2] / "configs" / "nbody_tiny.yaml"
 PERIOD = 2.0 * math.pi  # a = 1, M = 1
@@ -108,3 +108,20 @@ def test_missing_wandb_error_names_the_timestepper_key(
     with pytest.raises(RunError, match=r"timestepper\.wandb\.enabled=true") as caught:
         train_controller(config, tmp_path / "run")
     assert "train.wandb" not in str(caught.value)
+
+
+def test_run_scale_sets_the_training_step_scale(tmp_path: Path) -> None:
+    # `loss: run` integrates with h = run_scale * eta0 * tau * exp(correction): the first proposals of
+    # the same start states scale exactly with run_scale; the window loss ignores it.
+    proposals = {}
+    for loss, scale in (("run", 1.0), ("run", 0.25), ("window", 0.25)):
+        config = load_config(TINY, [f"timestepper.loss={loss}", f"timestepper.run_scale={scale}"])
+        trainer = Trainer(config, tmp_path / f"{loss}{scale}")
+        stream = trainer.start_stream("kepler", torch.arange(4))
+        with torch.no_grad():
+            _, info = trainer.integrator(stream.params).step(stream.run)
+        proposals[(loss, scale)] = info.proposal
+    torch.testing.assert_close(proposals[("run", 0.25)], 0.25 * proposals[("run", 1.0)], rtol=1e-12, atol=0.0)
+    torch.testing.assert_close(proposals[("window", 0.25)], proposals[("run", 1.0)], rtol=1e-12, atol=0.0)
+    with pytest.raises(ConfigError, match="run_scale"):
+        load_config(TINY, ["timestepper.run_scale=0"])

@@ -472,7 +472,8 @@ class Trainer:
         )
 
     def integrator(self, params: BodyParams) -> Integrator:
-        return Integrator(params, LearnedStep(self.net), self.scheme, reversible=True)
+        scale = self.t.run_scale if self.t.loss == "run" else 1.0
+        return Integrator(params, LearnedStep(self.net, scale), self.scheme, reversible=True)
 
     def start_stream(self, group: str, index: Tensor) -> Stream:
         state, params = window_starts(self.systems, group, index)
