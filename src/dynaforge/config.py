@@ -1234,6 +1234,16 @@ class TimestepperConfig:
     time unit than the training Kepler orbits."""
     run_steps: int = 3000
     """`loss: run`: cap on the steps of a run (systems stop early when they reach it)."""
+    run_scale: float = 1.0
+    """`loss: run`: output scale of the controller during training and validation runs (the benchmark's
+    `scale` knob: h = run_scale * eta0 * tau * exp(correction)). The loss is scale-free only where
+    leapfrog's error grows as h^2, so runs should use steps near those of the target error (e.g. 0.25,
+    eta ~ 0.005, for max |dE/E| ~ 1e-4 on Kepler orbits with e ~ 0.9), not eta0's coarser ones."""
+    centre: float = 0.0
+    """`loss: run`: weight of centre * (mean learned log-correction over a batch's steps)^2. The output biases
+    are frozen, but the linear path's weights on features with non-zero means can still shift every step
+    alike; outside leapfrog's h^2 regime the loss pushes that shift until the bounded correction saturates
+    (docs/nbody.md). The pin keeps the mean correction near zero so only the step shape is trained."""
     seed: int = 0
     """Seeds the training systems, episode draws and the network's initial weights."""
     log_every: int = 10
@@ -1262,6 +1272,10 @@ class TimestepperConfig:
             )
         if self.weight_decay < 0:
             raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.centre < 0:
+            raise ConfigError(f"centre must be >= 0, got {self.centre}")
+        if self.run_scale <= 0:
+            raise ConfigError(f"run_scale must be > 0, got {self.run_scale}")
         if self.schedule.interval != "step" or self.schedule.name == "plateau":
             raise ConfigError(
                 "timestepper.schedule: controller training has no epochs; use interval=step and a "

@@ -26,7 +26,7 @@ from dynaforge.systems.nbody_control import (
 )
 from dynaforge.systems.nbody_initial import kepler_orbit
 from dynaforge.train.log import read_metrics
-from dynaforge.train.nbody_controller import RunLoss, run_loss, train_controller
+from dynaforge.train.nbody_controller import RunLoss, Trainer, run_loss, train_controller
 
 TINY = Path(__file__).resolve().parents[2] / "configs" / "nbody_tiny.yaml"
 PERIOD = 2.0 * math.pi  # a = 1, M = 1
@@ -108,3 +108,44 @@ def test_missing_wandb_error_names_the_timestepper_key(
     with pytest.raises(RunError, match=r"timestepper\.wandb\.enabled=true") as caught:
         train_controller(config, tmp_path / "run")
     assert "train.wandb" not in str(caught.value)
+
+
+def test_run_scale_sets_the_training_step_scale(tmp_path: Path) -> None:
+    # `loss: run` integrates with h = run_scale * eta0 * tau * exp(correction): the first proposals of
+    # the same start states scale exactly with run_scale; the window loss ignores it.
+    proposals = {}
+    for loss, scale in (("run", 1.0), ("run", 0.25), ("window", 0.25)):
+        config = load_config(TINY, [f"timestepper.loss={loss}", f"timestepper.run_scale={scale}"])
+        trainer = Trainer(config, tmp_path / f"{loss}{scale}")
+        stream = trainer.start_stream("kepler", torch.arange(4))
+        with torch.no_grad():
+            _, info = trainer.integrator(stream.params).step(stream.run)
+        proposals[(loss, scale)] = info.proposal
+    torch.testing.assert_close(proposals[("run", 0.25)], 0.25 * proposals[("run", 1.0)], rtol=1e-12, atol=0.0)
+    torch.testing.assert_close(proposals[("window", 0.25)], proposals[("run", 1.0)], rtol=1e-12, atol=0.0)
+    with pytest.raises(ConfigError, match="run_scale"):
+        load_config(TINY, ["timestepper.run_scale=0"])
+
+
+def test_centre_pins_the_mean_learned_correction() -> None:
+    # The pin reads the network's correction back from the steps: zero for an untrained controller (the
+    # classical criterion), c tanh(b / c) when the linear path's bias is b, so the loss grows by
+    # centre * (c tanh(b / c))^2 exactly (the cost itself only sees the step shape, unchanged here).
+    bodies = kepler_orbit(1.0, 0.7, 0.5, 0.5, math.pi)
+    x = torch.as_tensor(bodies.positions, dtype=torch.float64).unsqueeze(0)
+    v = torch.as_tensor(bodies.velocities, dtype=torch.float64).unsqueeze(0)
+    params = make_params(torch.as_tensor(bodies.masses, dtype=torch.float64).unsqueeze(0), 0.0)
+    net = StepControllerNet(len(FEATURE_NAMES), hidden=8, classical_feature=CLASSICAL_FEATURE)
+    losses = {}
+    for bias, centre in ((0.0, 0.0), (0.0, 3.0), (0.5, 0.0), (0.5, 3.0)):
+        with torch.no_grad():
+            net.linear.bias.fill_(bias)
+        integrator = Integrator(params, LearnedStep(net, 0.5), "leapfrog", reversible=True)
+        start = integrator.start(BodyState(x, v))
+        result = run_loss(integrator, start, 1e9, 60, 64, (1e-12, 1.0), 0.0, centre)
+        losses[(bias, centre)] = float(result.loss.detach())
+    assert losses[(0.0, 3.0)] == pytest.approx(losses[(0.0, 0.0)], abs=1e-12)
+    expected = 3.0 * (2.0 * math.tanh(0.25)) ** 2
+    assert losses[(0.5, 3.0)] - losses[(0.5, 0.0)] == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(ConfigError, match="centre"):
+        load_config(TINY, ["timestepper.centre=-1"])

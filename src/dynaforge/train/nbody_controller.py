@@ -50,10 +50,13 @@ from dynaforge.systems.nbody import BodyParams, BodyState, make_params
 from dynaforge.systems.nbody_control import (
     CLASSICAL_FEATURE,
     FEATURE_NAMES,
+    TINY,
     ClassicalStep,
     Integrator,
     LearnedStep,
     RunState,
+    classical_timescale,
+    pair_view,
 )
 from dynaforge.systems.nbody_initial import kepler_relative_state, random_cluster
 from dynaforge.train.checkpoint import (
@@ -262,23 +265,32 @@ def run_loss(
     segment: int,
     band: tuple[float, float],
     penalty: float,
+    centre: float = 0.0,
 ) -> RunLoss:
     """The whole-run, scale-free loss of `TimestepperConfig` (`loss: run`): integrate every system of
     `run` for `horizon` time units (at most `max_steps` steps), the state detached every `segment` steps.
 
     The step count enters through sum_n sg(h_n) / h_n over the steps taken: its value is N and its
     gradient -sum_n d log h_n, the derivative of N = integral dt / h over a fixed time.
+    With `centre` > 0 (a `LearnedStep` controller) the loss adds centre * (mean over the steps and systems of
+    the learned log-correction log(h_n / (scale eta0 tau_n)))^2, which pins its mean at zero so that only
+    the shape of the steps is trained (the scale is the benchmark's knob).
     """
     low, high = band
     batch = run.time.shape[0]
     count = torch.zeros(batch, dtype=run.time.dtype, device=run.time.device)
     log_errors = []
+    corrections = []
     taken = 0
     while True:
         active = (run.time < horizon * (1.0 - 1e-12)) & (run.steps < max_steps)
         if not bool(active.any()):
             break
+        before = run
         run, info = integrator.step(run, torch.where(active, horizon, run.time))
+        if centre > 0:
+            correction = learned_correction(integrator, before, info.proposal)
+            corrections.append(torch.where(active, correction, torch.zeros_like(correction)))
         ones = info.proposal.detach() / info.proposal
         count = count + torch.where(active, ones, torch.zeros_like(ones))
         log_error = torch.log(info.energy_error.clamp_min(1e-300))  # the floor keeps log finite
@@ -303,6 +315,9 @@ def run_loss(
     penalty_high = (torch.relu(soft_max - math.log(high)) ** 2).mean()
     penalty_low = (torch.relu(math.log(low) - soft_max) ** 2).mean()
     loss = cost.mean() + penalty * (penalty_high + penalty_low)
+    if corrections:
+        mean_correction = torch.stack(corrections, dim=1).sum() / count.detach().sum().clamp_min(1.0)
+        loss = loss + centre * mean_correction**2
     return RunLoss(
         loss,
         cost.mean().detach(),
@@ -311,6 +326,18 @@ def run_loss(
         (count / covered).detach().mean(),
         (weighted.amax() / SOFT_MAX_SHARPNESS).exp().detach(),
     )
+
+
+def learned_correction(integrator: Integrator, before: RunState, proposal: Tensor) -> Tensor:
+    """log(h / (scale eta0 tau)) of a `LearnedStep` proposal h made at state `before` (tau the classical
+    time scale there): the network's bounded correction c tanh(net / c), read back from the step."""
+    controller = integrator.controller
+    if not isinstance(controller, LearnedStep):
+        raise ConfigError("timestepper.centre needs the learned controller")
+    floor = TINY * before.context.scales.velocity
+    tau = classical_timescale(pair_view(before.state, integrator.params), before.gravity.accelerations, floor)
+    scale = torch.as_tensor(controller.scale, dtype=proposal.dtype, device=proposal.device)
+    return torch.log(proposal / (scale * tau)) - controller.net.log_eta
 
 
 def detach_run(run: RunState) -> RunState:
@@ -472,7 +499,8 @@ class Trainer:
         )
 
     def integrator(self, params: BodyParams) -> Integrator:
-        return Integrator(params, LearnedStep(self.net), self.scheme, reversible=True)
+        scale = self.t.run_scale if self.t.loss == "run" else 1.0
+        return Integrator(params, LearnedStep(self.net, scale), self.scheme, reversible=True)
 
     def start_stream(self, group: str, index: Tensor) -> Stream:
         state, params = window_starts(self.systems, group, index)
@@ -621,6 +649,7 @@ class Trainer:
             self.t.window,
             self.band,
             self.t.penalty,
+            self.t.centre,
         )
 
     def run_step(self, group: str) -> dict[str, Any]:
