@@ -669,8 +669,6 @@ class Trainer:
             penalty_low=float(result.penalty_low),
             steps_per_time=float(result.steps_per_time),
             max_error=float(result.max_error),
-            mean_log_step=float("nan"),
-            fraction_above=float("nan"),
         )
 
     def evaluate_runs(self) -> dict[str, Any]:
@@ -804,7 +802,7 @@ class Trainer:
         self.metrics.write(metrics)
         if self.wandb is not None:
             self.wandb.log(metrics)
-        if metrics["kind"] == "train":
+        if metrics["kind"] == "train" and "mean_log_step" in metrics:  # window loss
             log.info(
                 "step %d %s loss %.4g log(h/T0) %.3f above-band %.2f |g| %.3g",
                 metrics["step"],
@@ -812,6 +810,16 @@ class Trainer:
                 metrics["loss"],
                 metrics["mean_log_step"],
                 metrics["fraction_above"],
+                metrics["grad_norm"],
+            )
+        elif metrics["kind"] == "train":  # whole-run loss
+            log.info(
+                "step %d %s loss %.4g steps/time %.4g max|dE/E| %.2e |g| %.3g",
+                metrics["step"],
+                metrics["phase"],
+                metrics["loss"],
+                metrics["steps_per_time"],
+                metrics["max_error"],
                 metrics["grad_norm"],
             )
         else:
