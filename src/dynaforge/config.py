@@ -1108,10 +1108,15 @@ class ControllerNetConfig:
     step depend on the past, which breaks the time symmetry of the reversible step recursion."""
     correction: float = 2.0
     """Bound c of the learned log-multiplier on the classical step: h stays within exp(+-c) of eta0 tau."""
+    inputs: list[str] | None = None
+    """Names of the features the network reads (`dynaforge.systems.nbody_control.FEATURE_NAMES`); null: all.
+    The classical time scale is added to the output whatever the network reads."""
 
     def __post_init__(self) -> None:
         if self.hidden < 1 or self.layers < 0 or self.history < 0 or self.correction <= 0:
             raise ConfigError("hidden must be >= 1, layers and history >= 0, correction > 0")
+        if self.inputs is not None and (not self.inputs or len(set(self.inputs)) < len(self.inputs)):
+            raise ConfigError(f"inputs must be a non-empty list of distinct feature names, got {self.inputs}")
 
 
 @dataclass
@@ -1126,6 +1131,10 @@ class ControllerSystemsConfig:
     """Two-body Kepler systems (a = 1, total mass 1)."""
     eccentricity: Range = field(default_factory=lambda: Range(0.0, 0.8))
     """Eccentricities of the Kepler systems."""
+    eccentricity_draw: Literal["uniform", "log_pericentre"] = "uniform"
+    """How e is drawn in `eccentricity`: uniformly, or with log(1 - e) (the log of the pericentre distance
+    a (1 - e)) uniform, which gives each decade of pericentre distance the same weight (more orbits near
+    e = 1, where step control matters most)."""
     mass_ratio: Range = field(default_factory=lambda: Range(0.2, 1.0))
     """m2 / m1 of the Kepler systems."""
     clusters: int = 8
@@ -1223,9 +1232,11 @@ class TimestepperConfig:
     leapfrog (error ~ h^2) the evaluations needed at a fixed error, the benchmark's figure of merit,
     unchanged when every step is scaled by one factor. The band penalties (on M, weight `penalty`) only
     pin the overall step scale; `shape` and `reward` are unused. Systems stopped by `run_steps` before
-    the horizon count a fixed number of steps and the covered time T carries the gradient; set the
-    horizons out of reach for fixed-count runs, whose gradient agrees with finite differences along the
-    step scale (fixed-time runs' does not; docs/nbody.md)."""
+    the horizon count a fixed number of steps and the covered time T carries the gradient. Systems that
+    reach the horizon (fixed-time runs, e.g. one Kepler period) take N's gradient at fixed states (the
+    network's proposals with detached features); with `window` at least the run's length (no truncation)
+    that gradient agrees with finite differences along the step scale, and truncated back-propagation
+    biases it (docs/nbody.md)."""
     horizon: float = 6.283185307179586
     """`loss: run`: simulated time of a run (N-body units; a training Kepler orbit, a = 1 and M = 1,
     takes 2 pi)."""
@@ -1239,9 +1250,17 @@ class TimestepperConfig:
     `scale` knob: h = run_scale * eta0 * tau * exp(correction)). The loss is scale-free only where
     leapfrog's error grows as h^2, so runs should use steps near those of the target error (e.g. 0.25,
     eta ~ 0.005, for max |dE/E| ~ 1e-4 on Kepler orbits with e ~ 0.9), not eta0's coarser ones."""
+    train_bias: bool = False
+    """`loss: run`: also train the two output biases, which set a global step scale the cost does not see
+    (its gradient along that direction is ~0 for untruncated fixed-time runs, up to noise, so Adam lets the
+    scale wander: measured on whole Kepler orbits, steps per time 78 -> 392 in 100 steps with a wide band).
+    Pin it with `centre` > 0: then the biases hold the mean correction at zero while the weights shape it."""
+    sharpness: float = 8.0
+    """`loss: run`: exponent s of the power mean (mean_n e_n^s)^(1/s) that stands for the run's largest
+    error (larger: closer to the maximum, which the benchmark measures, and a less smooth loss)."""
     centre: float = 0.0
-    """`loss: run`: weight of centre * (mean learned log-correction over a batch's steps)^2. The output biases
-    are frozen, but the linear path's weights on features with non-zero means can still shift every step
+    """`loss: run`: weight of centre * (mean learned log-correction over a batch's steps)^2. Even with the
+    output biases frozen (`train_bias: false`) the linear path's weights on features with non-zero means can still shift every step
     alike; outside leapfrog's h^2 regime the loss pushes that shift until the bounded correction saturates
     (docs/nbody.md). The pin keeps the mean correction near zero so only the step shape is trained."""
     seed: int = 0
@@ -1268,12 +1287,14 @@ class TimestepperConfig:
         ):
             raise ConfigError(
                 "loss: run needs horizon and cluster_horizon > 0 and run_steps >= 1 and has no L-BFGS phase "
-                "(set lbfgs_steps: 0)"
+                "(set lbfgs_steps: 0; on whole Kepler orbits its line search diverged: the step count is an integer)"
             )
         if self.weight_decay < 0:
             raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if self.centre < 0:
             raise ConfigError(f"centre must be >= 0, got {self.centre}")
+        if self.sharpness < 1:
+            raise ConfigError(f"sharpness must be >= 1, got {self.sharpness}")
         if self.run_scale <= 0:
             raise ConfigError(f"run_scale must be > 0, got {self.run_scale}")
         if self.schedule.interval != "step" or self.schedule.name == "plateau":

@@ -40,14 +40,17 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(previous)
 
 
-def one_orbit(controller: StepController, eccentricity: float = 0.9) -> RunLoss:
-    """`run_loss` of one leapfrog orbit from apocentre (band penalties off)."""
+def one_orbit(controller: StepController, eccentricity: float = 0.9, segment: int = 64) -> RunLoss:
+    """`run_loss` of one leapfrog orbit from apocentre (band penalties off), back-propagation truncated
+    every `segment` steps."""
     bodies = kepler_orbit(1.0, eccentricity, 0.5, 0.5, math.pi)
     x = torch.as_tensor(bodies.positions, dtype=torch.float64).unsqueeze(0)
     v = torch.as_tensor(bodies.velocities, dtype=torch.float64).unsqueeze(0)
     params = make_params(torch.as_tensor(bodies.masses, dtype=torch.float64).unsqueeze(0), 0.0)
     integrator = Integrator(params, controller, "leapfrog", reversible=True)
-    return run_loss(integrator, integrator.start(BodyState(x, v)), PERIOD, 100_000, 64, (1e-12, 1.0), 0.0)
+    return run_loss(
+        integrator, integrator.start(BodyState(x, v)), PERIOD, 100_000, segment, (1e-12, 1.0), 0.0
+    )
 
 
 def test_cost_does_not_change_when_every_step_is_scaled() -> None:
@@ -149,3 +152,22 @@ def test_centre_pins_the_mean_learned_correction() -> None:
     assert losses[(0.5, 3.0)] - losses[(0.5, 0.0)] == pytest.approx(expected, rel=1e-9)
     with pytest.raises(ConfigError, match="centre"):
         load_config(TINY, ["timestepper.centre=-1"])
+
+
+def test_fixed_time_cost_has_no_gradient_along_the_global_step_scale() -> None:
+    # The cost of a whole orbit does not change when every step is scaled alike (first test), so its
+    # derivative along the linear path's bias (which scales every step) must be ~0. It is when the step
+    # count's gradient is taken at fixed states and the errors are back-propagated through the whole run
+    # (measured: -0.02; finite difference 0.000). Truncated every 64 steps it is -0.63 (the bias that
+    # docs/nbody.md records).
+    net = StepControllerNet(len(FEATURE_NAMES), hidden=8, classical_feature=CLASSICAL_FEATURE)
+    with torch.no_grad():  # a non-trivial step shape
+        net.linear.weight[0, FEATURE_NAMES.index("closest_pair_orbit_phase")] = -0.5
+    result = one_orbit(LearnedStep(net, 2.0), eccentricity=0.9, segment=100_000)
+    result.loss.backward()
+    assert net.linear.bias.grad is not None
+    assert abs(float(net.linear.bias.grad)) < 0.1
+    with torch.no_grad():  # and the cost indeed does not move: finite difference over a 10 % scale change
+        net.linear.bias.fill_(0.1)
+        shifted = one_orbit(LearnedStep(net, 2.0), eccentricity=0.9, segment=100_000)
+    assert abs(float(shifted.cost - result.cost)) < 0.01

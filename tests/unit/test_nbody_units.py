@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,16 +11,18 @@ import pytest
 import torch
 
 from dynaforge.config import ConfigError, load_config
-from dynaforge.models.dt_predictor import StepControllerInput, StepControllerNet
+from dynaforge.models.dt_predictor import StepControllerInput, StepControllerNet, build_step_controller_net
 from dynaforge.systems import build_system
 from dynaforge.systems.nbody import BodyState, gravity, make_params
 from dynaforge.systems.nbody_control import (
+    CLASSICAL_FEATURE,
     FEATURE_NAMES,
     LearnedStep,
     controller_features,
     system_scales,
 )
-from dynaforge.systems.nbody_initial import load_initial_npy, random_cluster, save_initial_npy
+from dynaforge.systems.nbody_initial import kepler_orbit, load_initial_npy, random_cluster, save_initial_npy
+from dynaforge.train.nbody_controller import feature_indices
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -152,3 +155,54 @@ def test_learned_step_stays_within_its_bounded_correction_of_the_classical_step(
         ratio = net(StepControllerInput(features)).log_step - features[:, 0] - np.log(0.02)
     assert bool((ratio.abs() <= 1.5 + 1e-9).all())
     assert float(ratio.abs().max()) > 1.0  # the random weights do move the step
+
+
+def test_closest_pair_apsis_features_on_a_kepler_orbit() -> None:
+    # log(Q / q) = log((1 + e) / (1 - e)) whatever the phase; the orbit phase log(r / q) / log(Q / q) is 0 at
+    # pericentre, 1 at apocentre and log(r / q) / log(Q / q) between (r = a (1 - e cos E)).
+    e = 0.8
+    anomalies = torch.tensor([0.0, 1.0, 2.0, math.pi], dtype=torch.float64)
+    x, v, m = [], [], []
+    for anomaly in anomalies.tolist():
+        bodies = kepler_orbit(1.0, e, 0.4, 0.6, anomaly - e * math.sin(anomaly))  # mean anomaly of E
+        x.append(bodies.positions)
+        v.append(bodies.velocities)
+        m.append(bodies.masses)
+    state = BodyState(torch.as_tensor(np.stack(x)), torch.as_tensor(np.stack(v)))
+    params = make_params(torch.as_tensor(np.stack(m)), 0.0)
+    g = gravity(state.positions, params)
+    features = controller_features(state, g, params, system_scales(state, params, g.potential))
+    ratio = features[:, FEATURE_NAMES.index("log_closest_pair_apsis_ratio")]
+    phase = features[:, FEATURE_NAMES.index("closest_pair_orbit_phase")]
+    torch.testing.assert_close(ratio, torch.full_like(ratio, math.log(1.8 / 0.2)), rtol=1e-9, atol=1e-9)
+    radius = 1.0 - e * torch.cos(anomalies)
+    expected = torch.log(radius / 0.2) / math.log(1.8 / 0.2)
+    torch.testing.assert_close(phase, expected, rtol=1e-7, atol=1e-7)
+    assert float(phase[0]) == pytest.approx(0.0, abs=1e-7) and float(phase[-1]) == pytest.approx(
+        1.0, abs=1e-7
+    )
+
+
+def test_network_reads_only_its_inputs() -> None:
+    reads = [FEATURE_NAMES.index("closest_pair_alignment"), FEATURE_NAMES.index("closest_pair_orbit_phase")]
+    net = StepControllerNet(len(FEATURE_NAMES), hidden=8, layers=2, inputs=reads)
+    with torch.no_grad():
+        net.mlp[-1].weight.fill_(0.3)
+    features = torch.randn(6, len(FEATURE_NAMES), dtype=torch.float64)
+    other = features.clone()
+    ignored = [i for i in range(len(FEATURE_NAMES)) if i not in reads and i != CLASSICAL_FEATURE]
+    other[:, ignored] += 5.0
+    moved = features.clone()
+    moved[:, reads[1]] += 0.5
+    out = net(StepControllerInput(features)).log_step
+    torch.testing.assert_close(net(StepControllerInput(other)).log_step, out, rtol=0.0, atol=0.0)
+    assert (net(StepControllerInput(moved)).log_step - out).abs().min() > 0
+    rebuilt = build_step_controller_net(net.config)
+    rebuilt.load_state_dict(net.state_dict())
+    torch.testing.assert_close(rebuilt(StepControllerInput(features)).log_step, out, rtol=0.0, atol=0.0)
+
+
+def test_unknown_controller_input_names_the_valid_features() -> None:
+    with pytest.raises(ConfigError, match="closest_pair_orbit_phase"):
+        feature_indices(["closest_pair_phase"])
+    assert feature_indices(["log_classical_timescale"]) == [0]

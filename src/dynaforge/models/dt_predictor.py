@@ -49,11 +49,20 @@ class StepControllerNet(nn.Module):
         history: int = 0,
         classical_feature: int = 0,
         correction: float = 2.0,
+        inputs: list[int] | None = None,
         dtype: torch.dtype = torch.float64,
     ) -> None:
         super().__init__()
         if correction <= 0:
             raise ValueError(f"correction must be > 0 (a log factor), got {correction}")
+        selected = list(range(features)) if inputs is None else [int(i) for i in inputs]
+        if (
+            not selected
+            or min(selected) < 0
+            or max(selected) >= features
+            or len(set(selected)) < len(selected)
+        ):
+            raise ValueError(f"inputs must be distinct feature indices in [0, {features}), got {inputs}")
         self.config = {
             "features": features,
             "hidden": hidden,
@@ -61,11 +70,13 @@ class StepControllerNet(nn.Module):
             "history": history,
             "classical_feature": classical_feature,
             "correction": correction,
+            "inputs": selected,
         }
-        inputs = features * (1 + history)
-        self.linear = nn.Linear(inputs, 1, dtype=dtype)
+        # The features the network reads (the classical time scale is added to its output whatever it reads).
+        self.register_buffer("reads", torch.tensor(selected, dtype=torch.int64), persistent=False)
+        width = len(selected) * (1 + history)
+        self.linear = nn.Linear(width, 1, dtype=dtype)
         blocks: list[nn.Module] = []
-        width = inputs
         for _ in range(layers):
             blocks += [nn.Linear(width, hidden, dtype=dtype), nn.SiLU()]
             width = hidden
@@ -87,13 +98,13 @@ class StepControllerNet(nn.Module):
         return int(self.config["history"])
 
     def forward(self, inputs: StepControllerInput) -> StepControllerOutput:
-        x = inputs.features
+        x = inputs.features.index_select(1, self.reads)
         if self.history:
             if inputs.history is None:
                 raise ValueError(
                     f"this controller reads a history of {self.history} states; pass history (batch, {self.history}, features)"
                 )
-            x = torch.cat([x, inputs.history.flatten(1)], dim=1)
+            x = torch.cat([x, inputs.history.index_select(2, self.reads).flatten(1)], dim=1)
         limit = float(self.config["correction"])
         correction = limit * torch.tanh((self.linear(x) + self.mlp(x)).squeeze(-1) / limit)
         classical = inputs.features[:, int(self.config["classical_feature"])]
@@ -124,5 +135,6 @@ def build_step_controller_net(
         history=int(config["history"]),
         classical_feature=int(config["classical_feature"]),
         correction=float(config.get("correction", 2.0)),
+        inputs=config.get("inputs"),
         dtype=dtype,
     )

@@ -67,11 +67,14 @@ FEATURE_NAMES = (
     "log_mean_body_timescale",  # mean_i log(tau_i / T0)
     "log_error_timescale",  # log(tau_H / T0), tau_H = sqrt(M V0^2 / |H2|) (see `leapfrog_error_term`)
     "error_term_sign",  # H2 / (|vHv| / 12 + F^2 / 24): where the leapfrog energy error swings
+    "log_closest_pair_apsis_ratio",  # log(Q / q) = log((1 + e) / (1 - e)) of that orbit (e clamped to 0.999)
+    "closest_pair_orbit_phase",  # log(s / q) / log(Q / q) in [0, 1]: 0 at pericentre, 1 at apocentre
 )
 CLASSICAL_FEATURE = 0
 TINY = 1e-12  # floor (relative to the scale) of speeds and accelerations inside logarithms
 SOFTMIN_SHARPNESS = 4.0  # of the soft minima over bodies (log-sum-exp of -4 log tau_i) and over pairs
 FAR = 1e60  # stands for the distance of a body to itself, so minima skip it (its cube stays finite)
+BOUND_ECCENTRICITY = 0.999  # the apsis features treat a closest pair with e above this as e = 0.999
 
 
 # --------------------------------------------------------------------------------------------------
@@ -208,6 +211,9 @@ def controller_features(
     total = m.sum(1, keepdim=True)
     close_mass = (weight * pair_mass).sum(1, keepdim=True)
     eccentricity, pericentre = pair_orbit(s_min, speed, alignment.clamp(0.0, 1.0), close_mass)
+    log_pericentre_ratio = torch.log(s_min / pericentre.clamp_min(s_min * math.exp(-20.0))).clamp(0.0, 20.0)
+    bound_e = eccentricity.clamp(0.0, BOUND_ECCENTRICITY)
+    log_apsis_ratio = torch.log((1.0 + bound_e) / (1.0 - bound_e))
     term = leapfrog_error_term(state, current, params)
     swing = (term.hessian.abs() / 12.0 + term.force / 24.0).view(-1, 1)
     energy_scale = total * V0**2
@@ -225,11 +231,13 @@ def controller_features(
         params.softening.view(-1, 1) / s_min,
         torch.log(kinetic.clamp_min(TINY * total * V0**2) / (total * V0**2)),
         eccentricity.clamp(0.0, 3.0),
-        torch.log(s_min / pericentre.clamp_min(s_min * math.exp(-20.0))).clamp(0.0, 20.0),
+        log_pericentre_ratio,
         -torch.logsumexp(-SOFTMIN_SHARPNESS * log_tau_i, dim=1, keepdim=True) / SOFTMIN_SHARPNESS,
         log_tau_i.mean(1, keepdim=True),
         torch.log(error_time / T0),
         term.value.view(-1, 1) / swing.clamp_min(TINY * energy_scale / T0**2),
+        log_apsis_ratio,
+        (log_pericentre_ratio / log_apsis_ratio.clamp_min(1e-3)).clamp(0.0, 1.0),
     ]
     return torch.cat(columns, dim=1)
 
@@ -254,6 +262,7 @@ class ControlContext(NamedTuple):
 
     scales: Scales
     history: Tensor | None = None  # (B, K, F), most recent first
+    features: Tensor | None = None  # (B, F), a learned controller's inputs at the state of its last proposal
 
 
 @runtime_checkable
@@ -330,7 +339,7 @@ class LearnedStep:
         history = context.history
         if history is not None:
             history = torch.cat([features.unsqueeze(1), history[:, :-1]], dim=1)
-        return h, ControlContext(context.scales, history)
+        return h, ControlContext(context.scales, history, features)
 
 
 def load_learned_controller(path: str | Path, scale: float = 1.0, device: str = "cpu") -> LearnedStep:

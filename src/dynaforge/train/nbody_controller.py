@@ -44,7 +44,7 @@ from dynaforge.config import (
     resolve_device,
     save_config,
 )
-from dynaforge.models.dt_predictor import StepControllerNet, build_step_controller_net
+from dynaforge.models.dt_predictor import StepControllerInput, StepControllerNet, build_step_controller_net
 from dynaforge.runs import RunFolder
 from dynaforge.systems.nbody import BodyParams, BodyState, make_params
 from dynaforge.systems.nbody_control import (
@@ -117,7 +117,11 @@ def kepler_group(
 ) -> dict[str, Tensor]:
     """Kepler orbits (a = 1, m1 + m2 = 1), `snapshots` states each at uniformly drawn eccentric anomalies."""
     count, snaps = config.kepler, config.snapshots
-    e = rng.uniform(config.eccentricity.low, config.eccentricity.high, size=count)
+    low, high = config.eccentricity.low, config.eccentricity.high
+    if config.eccentricity_draw == "log_pericentre":
+        e = 1.0 - np.exp(rng.uniform(math.log(1.0 - high), math.log(1.0 - low), size=count))
+    else:
+        e = rng.uniform(low, high, size=count)
     q = rng.uniform(config.mass_ratio.low, config.mass_ratio.high, size=count)
     m1, m2 = 1.0 / (1.0 + q), q / (1.0 + q)
     anomalies = rng.uniform(0.0, 2.0 * math.pi, size=(count, snaps))
@@ -266,12 +270,19 @@ def run_loss(
     band: tuple[float, float],
     penalty: float,
     centre: float = 0.0,
+    sharpness: float = SOFT_MAX_SHARPNESS,
 ) -> RunLoss:
     """The whole-run, scale-free loss of `TimestepperConfig` (`loss: run`): integrate every system of
     `run` for `horizon` time units (at most `max_steps` steps), the state detached every `segment` steps.
 
     The step count enters through sum_n sg(h_n) / h_n over the steps taken: its value is N and its
-    gradient -sum_n d log h_n, the derivative of N = integral dt / h over a fixed time.
+    gradient -sum_n d log h_n, the derivative of N = integral dt / h over a fixed time. For a learned
+    controller h_n here is the network's proposal at the state y_n held fixed (its features detached): the
+    step count of a converged run is the integral of dt / h along the exact trajectory, which does not
+    depend on the steps, so d N / d theta = -sum_n d log h(y_n; theta) / d theta. Differentiating h_n
+    through the trajectory instead (the state at step n moves along the orbit when earlier steps change)
+    biases the gradient along the global step scale (docs/nbody.md). The soft maximum error M is the
+    power mean (mean_n e_n^s)^(1/s) with s = `sharpness`, differentiated through the integrator.
     With `centre` > 0 (a `LearnedStep` controller) the loss adds centre * (mean over the steps and systems of
     the learned log-correction log(h_n / (scale eta0 tau_n)))^2, which pins its mean at zero so that only
     the shape of the steps is trained (the scale is the benchmark's knob).
@@ -291,11 +302,11 @@ def run_loss(
         if centre > 0:
             correction = learned_correction(integrator, before, info.proposal)
             corrections.append(torch.where(active, correction, torch.zeros_like(correction)))
-        ones = info.proposal.detach() / info.proposal
+        ones = step_count_ones(integrator, before, run, info.proposal)
         count = count + torch.where(active, ones, torch.zeros_like(ones))
         log_error = torch.log(info.energy_error.clamp_min(1e-300))  # the floor keeps log finite
         # + log of the weight sg(h)/h (value 1), so sums over steps are integrals dt / h over a fixed time
-        weighted = SOFT_MAX_SHARPNESS * log_error + torch.log(ones)
+        weighted = sharpness * log_error + torch.log(ones)
         log_errors.append(torch.where(active, weighted, torch.full_like(weighted, -math.inf)))
         taken += 1
         if taken % segment == 0:
@@ -303,7 +314,7 @@ def run_loss(
     weighted = torch.stack(log_errors, dim=1)  # (B, steps): s log e_n + log w_n
     # A power mean, (sum_n w_n e_n^s / sum_n w_n)^(1/s), not logsumexp: the latter grows by log(N) / s
     # with the step count, which would break the invariance to a global step scale.
-    soft_max = (torch.logsumexp(weighted, dim=1) - torch.log(count.clamp_min(1.0))) / SOFT_MAX_SHARPNESS
+    soft_max = (torch.logsumexp(weighted, dim=1) - torch.log(count.clamp_min(1.0))) / sharpness
     # Systems that reached the horizon covered a fixed time (run.time's gradient is zero there: the last
     # step lands on it) and their step count carries the gradient; systems stopped by `max_steps` took a
     # fixed number of steps and the time they covered carries it (for these the weights above are not
@@ -324,8 +335,22 @@ def run_loss(
         penalty_high.detach(),
         penalty_low.detach(),
         (count / covered).detach().mean(),
-        (weighted.amax() / SOFT_MAX_SHARPNESS).exp().detach(),
+        (weighted.amax() / sharpness).exp().detach(),
     )
+
+
+def step_count_ones(integrator: Integrator, before: RunState, after: RunState, proposal: Tensor) -> Tensor:
+    """sg(h) / h of a step (value 1): for a `LearnedStep`, h is the network's proposal at the step's start
+    state with the features detached (the parameter-only derivative, see `run_loss`); otherwise `proposal`."""
+    controller = integrator.controller
+    features = after.context.features
+    if not isinstance(controller, LearnedStep) or features is None:
+        return proposal.detach() / proposal
+    history = before.context.history
+    log_step = controller.net(
+        StepControllerInput(features.detach(), None if history is None else history.detach())
+    ).log_step
+    return torch.exp(log_step.detach() - log_step)
 
 
 def learned_correction(integrator: Integrator, before: RunState, proposal: Tensor) -> Tensor:
@@ -396,14 +421,27 @@ def new_net(config: Config, device: str) -> StepControllerNet:
             history=model.history,
             correction=model.correction,
             classical_feature=CLASSICAL_FEATURE,
+            inputs=feature_indices(model.inputs),
         )
     return net.to(device)
+
+
+def feature_indices(names: list[str] | None) -> list[int] | None:
+    """Positions in `FEATURE_NAMES` of `timestepper.model.inputs` (None: every feature)."""
+    if names is None:
+        return None
+    unknown = [name for name in names if name not in FEATURE_NAMES]
+    if unknown:
+        raise ConfigError(
+            f"timestepper.model.inputs: unknown feature(s) {unknown}; valid names: {', '.join(FEATURE_NAMES)}"
+        )
+    return [FEATURE_NAMES.index(name) for name in names]
 
 
 def fix_scale(net: StepControllerNet, t: TimestepperConfig) -> None:
     """`loss: run` does not see a global step scale (the benchmark tunes it per system), so the two output
     biases, which shift every log step alike, are not trained: the overall level stays the classical one."""
-    if t.loss == "run":
+    if t.loss == "run" and not t.train_bias:
         net.linear.bias.requires_grad_(False)
         net.mlp[-1].bias.requires_grad_(False)
 
@@ -650,6 +688,7 @@ class Trainer:
             self.band,
             self.t.penalty,
             self.t.centre,
+            self.t.sharpness,
         )
 
     def run_step(self, group: str) -> dict[str, Any]:
