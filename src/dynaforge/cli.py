@@ -16,6 +16,10 @@ log = logging.getLogger("dynaforge")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Idle OpenMP threads sleep instead of spinning (unless the user chose otherwise). Spinning threads
+    # fight any other process for the cores: on this 2-core machine `make run` with one other busy process
+    # took over 19 minutes instead of 86 seconds (README, quickstart). Must be set before torch loads.
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     parser = build_parser()
     args = parser.parse_args(argv)
     # Under torchrun only rank 0 reports progress; the other ranks speak up for warnings and errors.
