@@ -15,11 +15,25 @@ from dynaforge.config import ConfigError, load_config
 log = logging.getLogger("dynaforge")
 
 
+def share_busy_cores() -> None:
+    """Use only the cores other processes leave free, unless the user set OMP_NUM_THREADS.
+
+    torch's OpenMP threads spin while they wait for each other; when another process holds one of them,
+    a spinning thread keeps losing its core and every parallel region stalls. On this project's 2-core
+    machine the quickstart took 54 s alone with 2 threads, but over 19 minutes beside one busy process;
+    with 1 thread it took 60 s there (README, quickstart). So: threads = cores - round(1-minute load
+    average), at least 1. Must run before torch loads (the CLI imports it lazily).
+    """
+    if "OMP_NUM_THREADS" in os.environ or "torch" in sys.modules:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    free = max(1, cores - round(os.getloadavg()[0]))
+    if free < cores:
+        os.environ["OMP_NUM_THREADS"] = str(free)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    # Idle OpenMP threads sleep instead of spinning (unless the user chose otherwise). Spinning threads
-    # fight any other process for the cores: on this 2-core machine `make run` with one other busy process
-    # took over 19 minutes instead of 86 seconds (README, quickstart). Must be set before torch loads.
-    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    share_busy_cores()
     parser = build_parser()
     args = parser.parse_args(argv)
     # Under torchrun only rank 0 reports progress; the other ranks speak up for warnings and errors.
