@@ -341,10 +341,11 @@ def run_loss(
 
 def step_count_ones(integrator: Integrator, before: RunState, after: RunState, proposal: Tensor) -> Tensor:
     """sg(h) / h of a step (value 1): for a `LearnedStep`, h is the network's proposal at the step's start
-    state with the features detached (the parameter-only derivative, see `run_loss`); otherwise `proposal`."""
+    state with the features detached (the parameter-only derivative, see `run_loss`); otherwise, and when
+    no gradient is taken (validation), `proposal`, without a second network call."""
     controller = integrator.controller
     features = after.context.features
-    if not isinstance(controller, LearnedStep) or features is None:
+    if not torch.is_grad_enabled() or not isinstance(controller, LearnedStep) or features is None:
         return proposal.detach() / proposal
     history = before.context.history
     log_step = controller.net(
@@ -440,7 +441,8 @@ def feature_indices(names: list[str] | None) -> list[int] | None:
 
 def fix_scale(net: StepControllerNet, t: TimestepperConfig) -> None:
     """`loss: run` does not see a global step scale (the benchmark tunes it per system), so the two output
-    biases, which shift every log step alike, are not trained: the overall level stays the classical one."""
+    biases, which shift every log step alike, are not trained (the overall level stays the classical one)
+    unless `timestepper.train_bias` asks for it (then `centre` pins the level)."""
     if t.loss == "run" and not t.train_bias:
         net.linear.bias.requires_grad_(False)
         net.mlp[-1].bias.requires_grad_(False)
