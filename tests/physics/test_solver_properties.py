@@ -8,6 +8,8 @@ import pytest
 import torch
 from physics_helpers import system_from_overrides
 
+from dynaforge.config import load_config
+from dynaforge.systems import build_system
 from dynaforge.systems.spectral import SpectralSystem
 
 SETTINGS = {
@@ -48,17 +50,95 @@ def drawn_batch(system: SpectralSystem, size: int, seed: int = 0) -> tuple[torch
     return params, initial
 
 
+BATCHES = (1, 3, 5, 7, 16, 19)
+"""Batch sizes of the invariance tests: not all multiples of 2, 4, 8 or 16."""
+
+INVARIANCE_SETTINGS = {
+    # Broadband initial fields (short correlation length) and a parameter drawn per sample, so that every
+    # Fourier mode carries signal and the per-sample and shared coefficient layouts both occur.
+    "burgers": ("resolution=200", "dt=0.01", "steps=8", "save_every=4", "viscosity={low: 0.01, high: 0.05}"),
+    "ks": ("resolution=64", "dt=0.05", "steps=8", "save_every=4", "domain_length={low: 20.0, high: 40.0}"),
+    "heat": ("resolution=30", "dt=0.01", "steps=8", "save_every=4", "diffusivity={low: 0.01, high: 0.1}"),
+    "advection": ("resolution=100", "dt=0.01", "steps=8", "save_every=4", "speed={low: -1.0, high: 1.0}"),
+    "navier_stokes": ("resolution=20", "dt=0.01", "steps=4", "save_every=2", "viscosity={low: 0.001, high: 0.01}",
+                      "forcing_amplitude={low: 0.5, high: 1.0}"),
+    "gray_scott": ("resolution=32", "dt=1.0", "steps=4", "save_every=2", "feed={low: 0.02, high: 0.04}"),
+    "ks2d": ("resolution=24", "dt=0.05", "steps=4", "save_every=2", "domain_length={low: 20.0, high: 40.0}"),
+}  # fmt: skip
+
+
+def invariance_system(name: str, dtype: str, order: int = 4) -> SpectralSystem:
+    overrides = [f"system.name={name}", f"system.dtype={dtype}", f"system.order={order}"]
+    overrides += [f"system.{setting}" for setting in INVARIANCE_SETTINGS[name]]
+    if name != "gray_scott":  # Gray-Scott seeds its state from a field of its own (blobs by default)
+        overrides += ["system.initial.families={grf: 1.0}", "system.initial.length_scale=0.02"]
+    return build_system(load_config(None, overrides).system)
+
+
+def rollout_with_threads(
+    system: SpectralSystem, initial: torch.Tensor, params: torch.Tensor, threads: int
+) -> torch.Tensor:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return system.rollout(initial, params).fields
+    finally:
+        torch.set_num_threads(previous)
+
+
+@pytest.mark.reproducibility
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(INVARIANCE_SETTINGS))
+def test_a_sample_is_the_same_bytes_in_any_batch_on_any_thread_count(name: str, dtype: str) -> None:
+    """Every sample of every batch composition, on 1, 2 and 3 threads, equals the sample stepped alone on
+    one thread, byte for byte. Before the blocks of `systems/batching.py` float64 Burgers differed here
+    (the contour-integral coefficients of a row depended on the rows set up with it)."""
+    system = invariance_system(name, dtype)
+    params, initial = drawn_batch(system, max(BATCHES), seed=7)
+    assert len({tuple(row) for row in params.tolist()}) == max(BATCHES), (
+        "samples must differ in their parameters"
+    )
+    alone = [
+        rollout_with_threads(system, initial[i : i + 1], params[i : i + 1], 1) for i in range(len(params))
+    ]
+    for size in BATCHES:
+        for threads in (1, 2, 3):
+            start = 2 if size < max(BATCHES) else 0  # batches that do not start at sample 0 too
+            rows = slice(start, start + size)
+            batched = rollout_with_threads(system, initial[rows], params[rows], threads)
+            for i in range(size):
+                assert torch.equal(batched[i : i + 1], alone[start + i]), (
+                    f"{name} {dtype}: sample {start + i} differs in a batch of {size} on {threads} threads"
+                )
+
+
+@pytest.mark.reproducibility
+def test_a_rows_coefficients_do_not_depend_on_the_rows_set_up_with_it() -> None:
+    """Before the distinct rows were padded to whole lane groups, the complex128 contour integral of a row
+    depended on how many rows were set up with it: sample 10 of this batch got another Q (measured)."""
+    system = system_from_overrides(
+        "burgers", dtype="float64", order=4, resolution=256, viscosity="{low: 0.01, high: 0.05}"
+    )
+    params, _ = drawn_batch(system, 19)
+    together = system.operators(params, torch.device("cpu")).coefficients
+    for i in range(len(params)):
+        alone = system.operators(params[i : i + 1], torch.device("cpu")).coefficients
+        for name in ("E", "E2", "Q", "f1", "f2", "f3"):
+            assert torch.equal(getattr(together, name)[i], getattr(alone, name)[0]), f"row {i}: {name}"
+
+
+@pytest.mark.reproducibility
 @pytest.mark.parametrize("name", sorted(SETTINGS))
 @pytest.mark.parametrize("order", [2, 4])
 def test_batched_rollout_equals_one_sample_at_a_time(name: str, order: int) -> None:
     system = system_from_overrides(name, order=order, **SETTINGS[name])
-    params, initial = drawn_batch(system, 5)
-    assert len(set(params[:, -1].tolist())) == 5, "samples must differ in their parameters"
+    params, initial = drawn_batch(system, 7)
+    assert len(set(params[:, -1].tolist())) == 7, "samples must differ in their parameters"
     batched = system.rollout(initial, params).fields
-    for i in range(5):
+    for i in range(7):
         single = system.rollout(initial[i : i + 1], params[i : i + 1]).fields
-        # Every operation acts on each sample alone (per-sample coefficients, batched FFTs along the last
-        # axis), so the arithmetic is the same whether a sample runs alone or in a batch: bit for bit.
+        # Blocks of whole lane groups, each on one intra-op thread (systems/batching.py): a sample's
+        # arithmetic is the same whether it runs alone or in a batch, bit for bit.
         assert torch.equal(batched[i : i + 1], single), f"{name}: sample {i} differs when batched"
 
 
@@ -97,6 +177,7 @@ def test_burgers_conserves_the_mean(dtype: str, tolerance: float) -> None:
     assert (fields[:, -1] - fields[:, 0]).abs().max().item() > 1e-2
 
 
+@pytest.mark.reproducibility
 def test_shared_parameters_broadcast_gives_the_same_numbers() -> None:
     # With a constant parameter range the operators are set up once and broadcast over the batch; each
     # sample must still get exactly what it gets alone.

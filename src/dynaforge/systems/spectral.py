@@ -10,11 +10,15 @@ Conventions (all systems built on `SpectralSystem`):
 - Time stepping: exponential time differencing Runge-Kutta of order 1-4 (`etdrk.py`) in Fourier space.
 - Precision: float32 state by default (complex64 spectra), float64 on request; coefficients are computed in
   float64 and rounded once.
+- Reproducibility: a sample's trajectory is the same, byte for byte, whatever batch it is stepped in and
+  whatever the torch thread count (`systems/batching.py`: blocks of a multiple of 16 samples chosen from
+  the grid alone, each on one intra-op thread).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import ClassVar, NamedTuple
 
@@ -25,8 +29,10 @@ from jaxtyping import Complex, Float, Inexact
 from torch import Tensor
 
 from dynaforge.config import InitialConfig, Range, SystemConfig
+from dynaforge.systems.batching import block_samples, pad_rows, rows_for_lanes, sample_blocks
 from dynaforge.systems.etdrk import ETDCoefficients, etd_coefficients
 from dynaforge.systems.initial import FAMILIES as INITIAL_FAMILIES
+from dynaforge.threads import run_pieces
 
 Nonlinear = Callable[[Tensor], Tensor]
 """Maps a spectral state to the spectrum of its nonlinear term N(u)."""
@@ -84,11 +90,11 @@ def dealias_mask(
     return mask.to(dtype)
 
 
-CHUNK_VALUES = 2**17
-"""A rollout steps its batch in chunks of about this many state values (8 samples of 128 x 128; a 1D batch
-of 256 x 256 in one chunk), so that a chunk's spectra and temporaries stay in cache and the allocator
-recycles them instead of mapping fresh pages every step. Measured on Navier-Stokes 128 x 128, 32 samples:
-18% less CPU time in chunks of 8 than all at once, bit-identical trajectories (samples never interact)."""
+BLOCK_VALUES = {1: 2**15, 2: 2**17, 3: 2**17}
+"""A rollout steps its batch in blocks of about this many state values per number of dimensions (128 samples
+of a 256-point grid, 8 of a 128 x 128 grid), so that a block's spectra and temporaries stay in cache and the
+allocator recycles them; blocks run side by side on the allowed threads. The size comes from the grid alone,
+so a sample's numbers never depend on the batch (`systems/batching.py`). Measured in docs/reproducibility.md."""
 
 
 class SpectralSystem:
@@ -164,14 +170,20 @@ class SpectralSystem:
     def operators(self, params: Float[Tensor, "batch n_params"], device: torch.device) -> SpectralOperators:
         """ETD coefficients and nonlinear term for a batch of parameter rows.
 
-        Each distinct parameter row is set up once (the contour integral is the costly part). When all
-        samples share their parameters (a constant range) the operators keep a batch axis of 1 and
-        broadcast, which also saves memory traffic in every step; otherwise they are gathered back to one
-        row per sample. Either way each sample sees exactly the numbers it would see alone.
+        Each distinct parameter row is set up once (the contour integral is the costly part), the distinct
+        rows padded with copies to whole lane groups (`rows_for_lanes`) so that each row's coefficients do
+        not depend on which other rows are set up with it. When all samples share their parameters the
+        operators keep a batch axis of 1 and broadcast, which also saves memory traffic in every step;
+        otherwise they are gathered back to one row per sample, the ETD coefficients laid out apart
+        (`rows_apart`) so that a step multiplies them into the state value for value with the same loops as
+        a broadcast coefficient: a sample gets the same numbers alone and among others.
         """
         rows, inverse = torch.unique(
             params.to(device=device, dtype=torch.float64), dim=0, return_inverse=True
         )
+        distinct = rows.shape[0]
+        spectral_values = math.prod(self.shape[:-1]) * (self.shape[-1] // 2 + 1)
+        rows = pad_rows(rows, rows_for_lanes(spectral_values))
         named = {
             name: rows[:, i].view(-1, *([1] * (self.ndim + 1))) for i, name in enumerate(self.parameter_names)
         }
@@ -182,10 +194,10 @@ class SpectralSystem:
         coefficients = etd_coefficients(linear, self.config.dt, self.config.order, self.complex_dtype)
         k = tuple(axis_k.to(self.real_dtype) for axis_k in k64)
         named_real = {name: value.to(self.real_dtype) for name, value in named.items()}
-        if rows.shape[0] > 1:
-            coefficients = select_rows(coefficients, inverse)
-            k = tuple(axis_k[inverse] for axis_k in k)
-            named_real = {name: value[inverse] for name, value in named_real.items()}
+        index = inverse if distinct > 1 else torch.zeros(1, dtype=torch.long, device=device)
+        coefficients = select_rows(coefficients, index)
+        k = tuple(axis_k[index] for axis_k in k)
+        named_real = {name: value[index] for name, value in named_real.items()}
         mask = dealias_mask(self.shape, device, self.real_dtype)
         return SpectralOperators(coefficients, self.nonlinear_term(k, named_real, mask))
 
@@ -227,6 +239,17 @@ class SpectralSystem:
     def spatial_dims(self) -> tuple[int, ...]:
         return tuple(range(-self.ndim, 0))
 
+    def lane_rows(self) -> int:
+        """Blocks hold a multiple of this many samples. Every per-sample tensor of a step (fields, spectra,
+        the 2/3 band, products) spans all axes but the last whole, so its size is a multiple of their
+        product: 16 samples in 1D, 1 on a 128 x 128 grid (`rows_for_lanes`)."""
+        return rows_for_lanes(math.prod(self.shape[:-1]))
+
+    def block_samples(self) -> int:
+        """Samples per block of a rollout (from the grid alone; see `BLOCK_VALUES`)."""
+        values = self.channels * math.prod(self.shape)
+        return block_samples(values, BLOCK_VALUES[self.ndim], self.lane_rows())
+
     def rollout(
         self,
         initial: Float[Tensor, "batch channels *space"],
@@ -235,9 +258,10 @@ class SpectralSystem:
         save_every: int | None = None,
         on_step: Callable[[int], None] | None = None,
     ) -> Rollout:
-        """Step the batch, a chunk of samples at a time; keep the initial frame and every `save_every`-th step.
+        """Step the batch, a block of samples at a time; keep the initial frame and every `save_every`-th step.
 
-        `on_step(samples)` is called after every step of a chunk with the number of samples it advanced.
+        `on_step(samples)` is called after every step of a block with the number of samples it advanced
+        (from the worker threads, one call at a time).
         """
         steps = self.config.steps if steps is None else steps
         save_every = self.config.save_every if save_every is None else save_every
@@ -254,34 +278,85 @@ class SpectralSystem:
             )
         device = initial.device
         n_frames = steps // save_every + 1
-        # Preallocated trajectory buffer, filled frame by frame (in-place writes on purpose).
+        # Preallocated trajectory buffer, filled frame by frame (in-place writes on purpose; blocks write
+        # disjoint rows).
         frames = torch.empty((initial.shape[0], n_frames, *expected), dtype=self.real_dtype, device=device)
-        chunk = max(1, CHUNK_VALUES // math.prod(expected))
-        shared = bool((params == params[:1]).all())  # one parameter row: set the operators up once
-        ops = self.operators(params[:1], device) if shared else None
-        for start in range(0, initial.shape[0], chunk):
-            rows = slice(start, min(start + chunk, initial.shape[0]))
-            chunk_ops = ops if ops is not None else self.operators(params[rows], device)
-            state = initial[rows].to(self.real_dtype)
-            frames[rows, 0] = state
+        shared = None
+        if bool((params == params[:1]).all()):  # one parameter row: set the operators up once
+            (shared,) = run_pieces(lambda row: self.operators(row, device), [params[:1]])
+        report = serialised(on_step)
+
+        def run_block(rows: slice) -> None:
+            count = rows.stop - rows.start
+            lanes = self.lane_rows()
+            ops = shared if shared is not None else self.operators(pad_rows(params[rows], lanes), device)
+            state = pad_rows(initial[rows].to(self.real_dtype), lanes)
+            frames[rows, 0] = state[:count]
             v = self.to_spectral(state)
             for n in range(1, steps + 1):
-                v = etd_step(v, chunk_ops)
+                v = etd_step(v, ops)
                 if n % save_every == 0:
-                    frames[rows, n // save_every] = self.to_physical(v)
-                if on_step is not None:
-                    on_step(state.shape[0])
+                    frames[rows, n // save_every] = self.to_physical(v)[:count]
+                if report is not None:
+                    report(count)
+
+        blocks = sample_blocks(initial.shape[0], self.block_samples())
+        if device.type == "cpu":
+            run_pieces(run_block, blocks)
+        else:  # one device stream: the thread count does not touch the arithmetic
+            for rows in blocks:
+                run_block(rows)
         time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
         return Rollout(frames, time)
 
 
+def serialised(callback: Callable[[int], None] | None) -> Callable[[int], None] | None:
+    """`callback` behind a lock, for calls from several worker threads (None stays None)."""
+    if callback is None:
+        return None
+    lock = threading.Lock()
+
+    def call(value: int) -> None:
+        with lock:
+            callback(value)
+
+    return call
+
+
 def select_rows(coefficients: ETDCoefficients, index: Tensor) -> ETDCoefficients:
-    """The coefficients of parameter rows `index` (one per sample), from those of the distinct rows."""
-    return ETDCoefficients(coefficients.order, *(None if c is None else c[index] for c in coefficients[1:]))
+    """The coefficients of parameter rows `index` (one per sample), from those of the distinct rows, each
+    laid out by `rows_apart` (a single row stays a broadcast row)."""
+    if index.numel() == 1:
+        return ETDCoefficients(
+            coefficients.order, *(None if c is None else c[index] for c in coefficients[1:])
+        )
+    return ETDCoefficients(
+        coefficients.order, *(None if c is None else rows_apart(c, index) for c in coefficients[1:])
+    )
+
+
+def rows_apart(values: Tensor, index: Tensor) -> Tensor:
+    """`values[index]` stored with one unused value between samples.
+
+    An elementwise product of a broadcast coefficient (one row for every sample) with the state runs one
+    vector loop per sample, with a scalar remainder at the end of each; a contiguous per-sample coefficient
+    would instead let the loop run over the whole block, so the values at the end of each sample would
+    take the vector path there and the scalar path when the sample runs alone, which rounds differently for
+    complex128 products. Separated rows cannot be merged into one loop: both layouts loop sample by sample.
+    """
+    per_sample = values[0].numel()
+    buffer = torch.empty((index.numel(), per_sample + 1), dtype=values.dtype, device=values.device)
+    rows = buffer[:, :per_sample]
+    rows.copy_(values.reshape(values.shape[0], per_sample)[index])  # filling the fresh buffer in place
+    return rows.view(index.numel(), *values.shape[1:])
 
 
 def etd_step(v: Tensor, ops: SpectralOperators) -> Tensor:
-    """One ETDRK step of order 1-4 (Cox & Matthews 2002) on the spectral state `v`."""
+    """One ETDRK step of order 1-4 (Cox & Matthews 2002) on the spectral state `v`.
+
+    Every coefficient multiplies a state-shaped tensor directly (the integer factors go on the state side:
+    a power-of-two scaling is exact, so the values are those of `4 * f2 * Na`), which keeps the loops of a
+    product the same for broadcast and per-sample coefficients (`rows_apart`)."""
     c, N = ops.coefficients, ops.nonlinear
     if N is None:
         return c.E * v  # linear problems are integrated exactly
@@ -295,13 +370,13 @@ def etd_step(v: Tensor, ops: SpectralOperators) -> Tensor:
         a = c.E2 * v + c.Q * Nv
         Na = N(a)
         b = c.E * v + c.P * (2 * Na - Nv)
-        return c.E * v + c.f1 * Nv + 4 * c.f2 * Na + c.f3 * N(b)
+        return c.E * v + c.f1 * Nv + c.f2 * (4 * Na) + c.f3 * N(b)
     a = c.E2 * v + c.Q * Nv
     Na = N(a)
     b = c.E2 * v + c.Q * Na
     Nb = N(b)
     cc = c.E2 * a + c.Q * (2 * Nb - Nv)
-    return c.E * v + c.f1 * Nv + 2 * c.f2 * (Na + Nb) + c.f3 * N(cc)
+    return c.E * v + c.f1 * Nv + c.f2 * (2 * (Na + Nb)) + c.f3 * N(cc)
 
 
 # --------------------------------------------------------------------------------------------------

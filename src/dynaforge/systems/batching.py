@@ -1,0 +1,51 @@
+"""How a system cuts a batch into blocks whose numbers do not depend on the batch or the thread count.
+
+A sample's arithmetic must be the same whether it is stepped alone, in a batch of 5 or in a batch of 256,
+on one thread or on all of them (docs/format.md, "A dataset is its config"). Two things would break that:
+
+- Library kernels take other code paths for other shapes. An elementwise kernel runs its vector loop over
+  whole multiples of a few vectors and a scalar loop over the rest, and the two round differently for some
+  operations (measured here: complex128 products, the vectorised and scalar `exp`). Blocks therefore hold
+  a multiple of `rows_for_lanes(...)` samples, padded with copies of their last sample, so that no tensor
+  of a block has a remainder: every value goes through the same instructions whatever its position.
+- Threads split work at places that depend on their count (see `dynaforge.threads`). Each block runs on one
+  intra-op thread; blocks run side by side on worker threads.
+
+The block size is chosen from the sample's size alone, never from the batch or the thread count.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+LANES = 16
+"""Blocks hold a multiple of this many samples: 16 float64 or complex64 values, or 8 complex128 values, are
+whole iterations of torch's AVX-512 elementwise loops (2 vectors each), so a block's tensors have no
+scalar remainder whatever each sample's size."""
+
+
+def block_samples(values_per_sample: int, block_values: int, multiple: int = LANES) -> int:
+    """Samples per block: about `block_values` state values, a multiple of `multiple` (at least one)."""
+    return multiple * max(1, block_values // (multiple * max(1, values_per_sample)))
+
+
+def sample_blocks(batch: int, block: int) -> list[slice]:
+    """Consecutive row ranges of at most `block` samples covering `batch` samples."""
+    return [slice(start, min(start + block, batch)) for start in range(0, batch, block)]
+
+
+def rows_for_lanes(values_per_row: int) -> int:
+    """The fewest rows whose values fill whole lane groups: LANES / gcd(LANES, values per row) (16 for an
+    odd row size, 1 for a 128 x 65 spectrum)."""
+    return LANES // math.gcd(LANES, values_per_row)
+
+
+def pad_rows(x: Tensor, multiple: int = LANES) -> Tensor:
+    """`x` with copies of its last row appended until its row count is a multiple of `multiple`."""
+    missing = -x.shape[0] % multiple
+    if missing == 0:
+        return x
+    return torch.cat([x, x[-1:].expand(missing, *x.shape[1:])])
