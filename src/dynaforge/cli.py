@@ -77,6 +77,28 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--no-checksums", action="store_true", help="skip SHA-256 verification (faster)")
     inspect.set_defaults(handler=run_inspect)
 
+    verify = verbs.add_parser(
+        "verify",
+        help="regenerate samples from a dataset's config and seeds and compare them with the stored ones",
+    )
+    verify.add_argument("path", help="dataset folder made by `dynaforge generate`")
+    verify.add_argument(
+        "--samples",
+        default=None,
+        help="samples per split, chosen at random (default 3), or 'all'",
+    )
+    verify.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="accept a regenerated sample whose largest difference, relative to the sample's largest "
+        "value, is at most this (another CPU family or a GPU may differ in the last bits); default: "
+        "identical bytes only",
+    )
+    verify.add_argument("--seed", type=int, default=None, help="seed of the random choice of samples")
+    verify.add_argument("--json", action="store_true", help="print the result as JSON")
+    verify.set_defaults(handler=run_verify)
+
     convert = verbs.add_parser(
         "convert", help="convert a PDEBench or The Well HDF5 file into a dataset folder"
     )
@@ -345,6 +367,56 @@ def run_inspect(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
         print("valid" if result.ok else f"INVALID: {len(result.errors)} problem(s)")
     return 0 if result.ok else 1
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from dynaforge.machine import machine_summary
+    from dynaforge.store import DatasetFolder
+    from dynaforge.store.verify import dumps, verify_dataset
+
+    samples = parse_sample_count(args.samples)
+    DatasetFolder(args.path)  # a clear error for a missing or incomplete folder before any output
+    show = None if args.json else (lambda check: print(f"  {check.describe()}", flush=True))
+    if not args.json:
+        amount = "every sample" if samples is None else f"{samples} random sample(s) per split"
+        print(f"verify {args.path}: regenerating {amount} from its config and seeds")
+    result = verify_dataset(args.path, samples, args.tolerance, args.seed, on_sample=show)
+    if args.json:
+        print(dumps(result))
+        return 0 if result.ok else 1
+    made = "; ".join(machine_summary(m) for m in result.made_on) or "not recorded (an older dataset)"
+    print(f"made on: {made}")
+    print(f"checked on: {machine_summary(result.checked_on)}")
+    failed = [check for check in result.checks if not check.passed]
+    if not failed:
+        exact = all(check.identical for check in result.checks)
+        print(
+            f"OK: {len(result.checks)} sample(s) regenerated, "
+            f"{'all identical' if exact else f'identical or within tolerance {args.tolerance:g}'}"
+        )
+        return 0
+    names = ", ".join(f"{c.split}/{c.index}" for c in failed[:10]) + (" ..." if len(failed) > 10 else "")
+    regenerated_differently = any(c.stored_matches_record is not False for c in failed)
+    hint = (
+        "; if the dataset was made on another CPU family or a GPU (see 'made on'), pass --tolerance (e.g. 1e-5)"
+        if regenerated_differently and args.tolerance is None
+        else ""
+    )
+    print(f"FAILED: {len(failed)} of {len(result.checks)} sample(s) do not match: {names}{hint}")
+    return 1
+
+
+def parse_sample_count(text: str | None) -> int | None:
+    """--samples: a positive count per split, or 'all' (None)."""
+    from dynaforge.store.verify import DEFAULT_SAMPLES
+
+    if text is None:
+        return DEFAULT_SAMPLES
+    if text == "all":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"--samples must be a positive number or 'all', got {text!r}")
+    return int(text)
 
 
 def run_convert(args: argparse.Namespace) -> int:

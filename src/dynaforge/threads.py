@@ -142,3 +142,16 @@ def _run_threaded(work: Callable[[Piece], Result], pieces: Sequence[Piece], work
     if errors:
         raise errors[0]
     return results  # type: ignore[return-value]  # every slot is filled when no piece failed
+
+
+def serialised(callback: Callable[[int], None] | None) -> Callable[[int], None] | None:
+    """`callback` behind a lock, for calls from several worker threads (None stays None)."""
+    if callback is None:
+        return None
+    lock = threading.Lock()
+
+    def call(value: int) -> None:
+        with lock:
+            callback(value)
+
+    return call

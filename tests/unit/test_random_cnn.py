@@ -16,6 +16,7 @@ from dynaforge.systems import build_system
 from dynaforge.systems import random_cnn as rc
 from dynaforge.systems.features import feature_names, trajectory_features
 from dynaforge.systems.sampling import centred_discrepancy, map_coordinate, sobol_points
+from dynaforge.threads import run_pieces
 
 SMALL = [
     "system.name=random_cnn",
@@ -131,7 +132,7 @@ def test_out_of_memory_backs_off_and_gives_the_same_trajectories(monkeypatch: py
     system = small_system(
         "system.space.stem_width.choices={'16': 1.0}", "system.space.kernel_size.choices={'3': 1.0}"
     )
-    expected = rc.generate_operators(
+    expected = rc.operators_grouped(
         system.build_operators("train", 0, 6, 0)[0], system.config, torch.device("cpu")
     )
     real = rc.grouped_rollout
@@ -145,7 +146,7 @@ def test_out_of_memory_backs_off_and_gives_the_same_trajectories(monkeypatch: py
         return real(group, *args, **kwargs)
 
     monkeypatch.setattr(rc, "grouped_rollout", flaky)
-    got = rc.generate_operators(
+    got = rc.operators_grouped(
         system.build_operators("train", 0, 6, 0)[0], system.config, torch.device("cpu")
     )
     assert any(k > 1 for k in calls) and 1 in calls
@@ -236,11 +237,16 @@ def test_compiled_fused_engine_rebuilds_exactly_and_agrees_with_eager_execution(
     compiled = small_system(*ONE_ARCHITECTURE, "system.compile=true")
     m = compiled.config.realizations
     rows = compiled.generate_rows("train", 0, 4 * m, base_seed=5, device=torch.device("cpu"))
-    # Operator 2 alone through the same compiled graph: bit for bit what the batch of 4 produced.
+    # Operator 2 alone through the same compiled graph (one intra-op thread, as generation runs it): bit for
+    # bit what the batch of 4 produced.
     batch, *_ = compiled.build_operators("train", 2, 3, base_seed=5)
     arch = rc.architecture_of(batch.ops[0], compiled.channels)
-    group = rc.build_group(arch, batch.ops, batch.layers, compiled.config)
-    alone = rc.grouped_rollout(group, batch.initial, batch.generators, compiled.config.steps)
+
+    def rollout_alone(_: None) -> torch.Tensor:
+        group = rc.build_group(arch, batch.ops, batch.layers, compiled.config)
+        return rc.grouped_rollout(group, batch.initial, batch.generators, compiled.config.steps)
+
+    (alone,) = run_pieces(rollout_alone, [None])
     np.testing.assert_array_equal(torch.movedim(alone[0], 2, -1).numpy(), rows.fields[2 * m : 3 * m])
     # One step against eager execution of the same bf16 step and against the float32 definition.
     fields = torch.from_numpy(rows.fields[:, 1]).movedim(-1, 1).reshape(4, m, 3, 16, 16)

@@ -77,6 +77,15 @@ def sample_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def sample_sha256(fields: np.ndarray, params: np.ndarray) -> str:
+    """The content hash of one stored sample: SHA-256 of its `fields` as stored (float32, little-endian,
+    C order, (T, *space, C)) followed by its `params` (float64, little-endian)."""
+    digest = hashlib.sha256()
+    digest.update(np.ascontiguousarray(fields, dtype="<f4").tobytes())
+    digest.update(np.ascontiguousarray(params, dtype="<f8").tobytes())
+    return digest.hexdigest()
+
+
 def file_sha256(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

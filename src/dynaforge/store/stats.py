@@ -1,12 +1,16 @@
-"""Per-channel field statistics, accumulated per shard and merged (Chan et al.'s parallel variance).
+"""Per-channel field statistics: per sample, per shard, and merged into the normalisation statistics.
 
-Each shard record carries the count, mean, M2 (sum of squared deviations), min and max of every channel
-over all samples, frames and grid points of that shard; the manifest merges the train shards into the
-normalisation statistics. Accumulated in float64.
+Each shard record carries every sample's per-channel sum, M2 (sum of squared deviations from the sample's
+own mean), min and max (`SampleMoments`, float64), and the shard's count, mean, M2, min and max merged from
+them; the manifest merges the train split's samples into the normalisation statistics. Samples are merged
+in index order with exactly rounded sums (`math.fsum`), so the statistics are the same bytes whatever the
+batch size and however the split was cut into shards. Records written before per-sample moments existed
+are merged shard by shard (Chan et al.'s parallel variance, `ChannelMoments.merge`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -59,3 +63,75 @@ class ChannelMoments:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class SampleMoments:
+    """Per-sample, per-channel moments of a block of samples: lists of (samples, channels) values."""
+
+    count: int
+    """Values per channel in one sample (frames x grid points)."""
+    sum: list[list[float]]
+    m2: list[list[float]]
+    min: list[list[float]]
+    max: list[list[float]]
+
+    @classmethod
+    def of(cls, fields: np.ndarray) -> SampleMoments:
+        """Moments of each sample of a channels-last array (samples, ..., C), one sample at a time."""
+        rows = [sample_moments(sample) for sample in fields]
+        count = int(np.prod(fields.shape[1:-1]))
+        return cls(count, *([list(row[k]) for row in rows] for k in range(4)))
+
+    @classmethod
+    def empty(cls) -> SampleMoments:
+        return cls(0, [], [], [], [])
+
+    def extended(self, other: SampleMoments) -> SampleMoments:
+        """These samples followed by `other`'s."""
+        if not self.sum:
+            return other
+        if other.sum and other.count != self.count:
+            raise ValueError(f"samples of {self.count} and {other.count} values per channel cannot be merged")
+        return SampleMoments(
+            self.count, self.sum + other.sum, self.m2 + other.m2, self.min + other.min, self.max + other.max
+        )
+
+    def merged(self) -> ChannelMoments:
+        """The moments of all samples together: exactly rounded sums over the samples (`math.fsum`), so the
+        result depends on the samples alone, not on how they were grouped."""
+        samples = len(self.sum)
+        if samples == 0:
+            return ChannelMoments(0, [], [], [], [])
+        total = self.count * samples
+        channels = len(self.sum[0])
+        mean, m2 = [], []
+        for c in range(channels):
+            sums = [row[c] for row in self.sum]
+            channel_mean = math.fsum(sums) / total
+            spread = [self.count * (s / self.count - channel_mean) ** 2 for s in sums]
+            mean.append(channel_mean)
+            m2.append(math.fsum([row[c] for row in self.m2]) + math.fsum(spread))
+        return ChannelMoments(
+            count=total,
+            mean=mean,
+            m2=m2,
+            min=[min(row[c] for row in self.min) for c in range(channels)],
+            max=[max(row[c] for row in self.max) for c in range(channels)],
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sample_moments(sample: np.ndarray) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Sum, M2, min and max per channel of one channels-last sample (..., C), in float64.
+
+    Each channel is summed as one contiguous row (numpy's pairwise summation), so the values depend on the
+    sample alone.
+    """
+    channels = np.ascontiguousarray(sample.reshape(-1, sample.shape[-1]).T, dtype=np.float64)  # (C, values)
+    sums = channels.sum(axis=1)
+    deviations = channels - (sums / channels.shape[1])[:, None]
+    m2 = (deviations * deviations).sum(axis=1)
+    return sums.tolist(), m2.tolist(), channels.min(axis=1).tolist(), channels.max(axis=1).tolist()

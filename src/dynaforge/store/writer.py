@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import h5py
 import numpy as np
@@ -32,6 +32,7 @@ from dynaforge.config import (
     save_config,
 )
 from dynaforge.floating import flush_denormals
+from dynaforge.machine import machine_record
 from dynaforge.store.format import (
     AXIS_NAMES,
     CONFIG,
@@ -42,8 +43,9 @@ from dynaforge.store.format import (
     plan_shards,
     sample_rng,
     sample_seed,
+    sample_sha256,
 )
-from dynaforge.store.stats import ChannelMoments
+from dynaforge.store.stats import ChannelMoments, SampleMoments
 from dynaforge.systems import System, build_system
 
 log = logging.getLogger(__name__)
@@ -194,7 +196,8 @@ def write_shard(
     n_frames = config.system.n_frames
     space = system.shape
     channels = system.channels
-    moments = ChannelMoments(0, [], [], [], [])
+    moments = SampleMoments.empty()
+    hashes: list[str] = []
     final = root / shard.file
     with atomic_path(final) as tmp:
         with h5py.File(tmp, "w") as h5:
@@ -213,17 +216,20 @@ def write_shard(
                 h5.attrs.update(system.shard_attributes(shard.split, split_size, config.dataset.seed))
             for lo, hi in batches(shard.size, config.dataset.batch_size):
                 with flush_denormals():  # subnormals cost ~100x (decaying fields); restored after each batch
-                    block, block_params, time = generate_block(
-                        h5, shard, config, system, device, seeds, lo, hi, on_steps
+                    rows = generate_rows(
+                        system, config, shard.split, shard.start + lo, shard.start + hi, device, on_steps
                     )
-                fields[lo:hi] = block
-                params[lo:hi] = block_params
-                moments = moments.merge(ChannelMoments.of(block))
+                fields[lo:hi] = rows.fields
+                params[lo:hi] = rows.params
+                write_extras(h5, rows.extras, lo, hi, shard.size)
+                moments = moments.extended(SampleMoments.of(rows.fields))
+                hashes += [sample_sha256(f, p) for f, p in zip(rows.fields, rows.params, strict=True)]
             write_coordinates(h5, system, params[...])
-            h5.create_dataset("time", data=time)
+            h5.create_dataset("time", data=rows.time)
         sha256 = file_sha256(tmp)
         size = tmp.stat().st_size
-    if not np.isfinite(moments.mean).all():
+    merged = moments.merged()
+    if not np.isfinite(merged.mean).all():
         log.warning(
             "shard %s holds non-finite values: the solver diverged (reduce dt or raise resolution)",
             shard.file,
@@ -236,39 +242,47 @@ def write_shard(
         "stop": shard.stop,
         "bytes": size,
         "sha256": sha256,
-        "moments": moments.to_dict(),
+        "moments": merged.to_dict(),
+        "sample_moments": moments.to_dict(),
+        "sample_sha256": hashes,
         "device": str(device),
+        "machine": machine_record(device),
     }
     atomic_write_json(root / shard.record, record)
     return record
 
 
-def generate_block(
-    h5: h5py.File,
-    shard: ShardSpec,
-    config: Config,
+class GeneratedRows(NamedTuple):
+    """Samples [start, stop) of a split as the store keeps them."""
+
+    fields: np.ndarray
+    """(rows, T, *space, C) float32, channels last."""
+    params: np.ndarray
+    """(rows, P) float64, columns `system.parameter_names`."""
+    time: np.ndarray
+    """(T,) float64."""
+    extras: dict[str, np.ndarray]
+    """Per-sample datasets a system adds (random_cnn: operator, realization, sobol, features, ...)."""
+
+
+def generate_rows(
     system: System,
+    config: Config,
+    split: str,
+    start: int,
+    stop: int,
     device: torch.device,
-    seeds: np.ndarray,
-    lo: int,
-    hi: int,
-    on_steps: Callable[[int], Any] | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows [lo, hi) of a shard: fields (channels last, float32), parameters and frame times."""
+    on_steps: Callable[[int], Any] | None = None,
+) -> GeneratedRows:
+    """Samples [start, stop) of `split`, from the config and the per-sample seeds alone (also `verify`)."""
     if hasattr(system, "generate_rows"):  # systems that draw their own samples (random_cnn)
-        rows = system.generate_rows(
-            shard.split, shard.start + lo, shard.start + hi, config.dataset.seed, device, on_steps
-        )
-        write_extras(h5, rows.extras, lo, hi, shard.size)
-        return rows.fields, rows.params, rows.time
-    batch_params, initial = system.draw_samples([sample_rng(int(s)) for s in seeds[lo:hi]])
-    rollout = system.rollout(
-        initial.to(device),
-        batch_params.to(device),
-        on_step=on_steps,
-    )
-    block = channels_first_to_last(rollout.fields).cpu().numpy().astype(np.float32)
-    return block, batch_params.numpy(), rollout.time.numpy()
+        rows = system.generate_rows(split, start, stop, config.dataset.seed, device, on_steps)
+        return GeneratedRows(rows.fields, rows.params, rows.time, rows.extras)
+    seeds = [sample_seed(config.dataset.seed, split, i) for i in range(start, stop)]
+    batch_params, initial = system.draw_samples([sample_rng(seed) for seed in seeds])
+    rollout = system.rollout(initial.to(device), batch_params.to(device), on_step=on_steps)
+    fields = channels_first_to_last(rollout.fields).cpu().numpy().astype(np.float32)
+    return GeneratedRows(fields, batch_params.numpy(), rollout.time.numpy(), {})
 
 
 def write_extras(h5: h5py.File, extras: dict[str, np.ndarray], lo: int, hi: int, size: int) -> None:
@@ -343,6 +357,11 @@ def update_manifest(root: Path, config: Config) -> dict[str, Any]:
                     if record.get("bytes") == (root / shard.file).stat().st_size:
                         records[shard.file] = record
         complete = len(records) == len(shards)
+        machines = []
+        for record in records.values():
+            machine = record.get("machine")
+            if machine is not None and machine not in machines:
+                machines.append(machine)
         manifest = {
             "format_version": FORMAT_VERSION,
             "dynaforge_version": dynaforge.__version__,
@@ -363,17 +382,28 @@ def update_manifest(root: Path, config: Config) -> dict[str, Any]:
                 | {"complete": s.file in records}
                 for s in shards
             ],
-            "stats": train_statistics(records.values()) if complete else None,
+            "stats": train_statistics([records[s.file] for s in shards if s.file in records])
+            if complete
+            else None,
+            "machines": machines,
         }
         atomic_write_json(root / MANIFEST, manifest)
     return manifest
 
 
-def train_statistics(records: Any) -> dict[str, Any] | None:
-    """Normalisation statistics from the train split only."""
-    moments = ChannelMoments(0, [], [], [], [])
-    for record in records:
-        if record["split"] == "train":
+def train_statistics(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Normalisation statistics from the train split only, `records` in shard order: merged from the
+    samples' own moments in index order (the same bytes however the split was sharded), or shard by shard
+    for records written before those existed."""
+    train = [record for record in records if record["split"] == "train"]
+    if train and all("sample_moments" in record for record in train):
+        samples = SampleMoments.empty()
+        for record in train:
+            samples = samples.extended(SampleMoments(**record["sample_moments"]))
+        moments = samples.merged()
+    else:
+        moments = ChannelMoments(0, [], [], [], [])
+        for record in train:
             moments = moments.merge(ChannelMoments(**record["moments"]))
     return moments.summary() if moments.count else None
 

@@ -35,10 +35,16 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import NBodyConfig
+from dynaforge.systems.batching import LANES, block_samples, pad_rows, sample_blocks
 from dynaforge.systems.nbody_schemes import SCHEMES, Composition
+from dynaforge.threads import run_pieces, serialised
 
 CHANNEL_NAMES = ("x", "y", "z", "vx", "vy", "vz")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+BLOCK_PAIR_VALUES = 2**19
+"""A dataset rollout steps about this many pair-separation values at a time (672 systems of 16 bodies):
+blocks of whole lane groups on one intra-op thread each (`systems/batching.py`), so that a system's
+trajectory is the same bytes in any batch and on any thread count."""
 
 
 class BodyState(NamedTuple):
@@ -375,23 +381,57 @@ class NBody:
                 f"nbody: params must have shape (batch, {len(self.parameter_names)}) with columns "
                 f"{self.parameter_names}, got {tuple(params.shape)}"
             )
-        state = channels_to_state(initial.to(self.dtype))
-        body_params = self.params_from_rows(params.to(initial.device))
         n_frames = steps // save_every + 1
         interval = self.config.dt * save_every
-        if self.config.control.kind == "fixed":
-            _, saved = fixed_step_rollout(
-                state, body_params, self.config.dt, steps, self.scheme, save_every, on_step
-            )
-        else:
-            from dynaforge.systems.nbody_control import build_controller, rollout_to_times
+        fields = torch.empty((initial.shape[0], n_frames, *expected), dtype=self.dtype, device=initial.device)
+        report = serialised(on_step)
 
-            controller = build_controller(self.config.control, self.config.dt)
-            times = [interval * k for k in range(1, n_frames)]
-            saved = [state, *rollout_to_times(state, body_params, controller, times, self.scheme, on_step)]
-        fields = torch.stack([state_to_channels(s) for s in saved], dim=1)
+        def run_block(rows: slice) -> None:
+            count = rows.stop - rows.start
+            state = channels_to_state(pad_rows(initial[rows].to(self.dtype)))
+            body_params = self.params_from_rows(pad_rows(params[rows].to(initial.device)))
+            saved = self.saved_states(state, body_params, steps, save_every, interval, count, report)
+            for frame, saved_state in enumerate(saved):
+                fields[rows, frame] = state_to_channels(saved_state)[:count]  # disjoint rows per block
+
+        blocks = sample_blocks(initial.shape[0], self.block_samples())
+        if initial.device.type == "cpu":
+            run_pieces(run_block, blocks)
+        else:  # one device stream: the thread count does not touch the arithmetic
+            for rows in blocks:
+                run_block(rows)
         time = torch.arange(n_frames, dtype=torch.float64) * interval
         return NBodyRollout(fields, time)
+
+    def block_samples(self) -> int:
+        """Systems per block (a multiple of 16, from the body count alone): about `BLOCK_PAIR_VALUES`
+        pair-separation values, so that a block's per-step tensors stay in cache."""
+        return block_samples(3 * self.config.bodies**2, BLOCK_PAIR_VALUES, LANES)
+
+    def saved_states(
+        self,
+        state: BodyState,
+        params: BodyParams,
+        steps: int,
+        save_every: int,
+        interval: float,
+        count: int,
+        report: Callable[[int], None] | None,
+    ) -> list[BodyState]:
+        """The states at every frame time of one block (the initial one first); `report(count * steps)`."""
+        if self.config.control.kind == "fixed":
+            on_step = None if report is None else (lambda _: report(count))
+            _, saved = fixed_step_rollout(
+                state, params, self.config.dt, steps, self.scheme, save_every, on_step
+            )
+            return saved
+        from dynaforge.systems.nbody_control import build_controller, rollout_to_times
+
+        controller = build_controller(self.config.control, self.config.dt)
+        times = [interval * k for k in range(1, steps // save_every + 1)]
+        # Controller steps are not the config's steps: progress counts nominal steps per frame reached.
+        on_frame = None if report is None else (lambda _: report(count * save_every))
+        return [state, *rollout_to_times(state, params, controller, times, self.scheme, on_frame)]
 
 
 def orbital_period(semi_major_axis: float, total_mass: float) -> float:

@@ -54,6 +54,7 @@ from dynaforge.systems.sampling import (
     space_dimensions,
 )
 from dynaforge.systems.spectral import draw_initial_field
+from dynaforge.threads import run_pieces, serialised
 
 log = logging.getLogger(__name__)
 
@@ -416,12 +417,54 @@ def generate_operators(
     device: torch.device,
     on_step: Callable[[int], Any] | None = None,
 ) -> Float[Tensor, "k m time channels x y"]:
-    """Trajectories of every operator of a batch: grouped by architecture, split to the memory budget."""
+    """Trajectories of every operator of a batch: `operators_one_at_a_time` on the CPU (the same bytes in
+    any batch and on any thread count), `operators_grouped` on a GPU (the fewest kernel launches)."""
+    if device.type == "cpu":
+        return operators_one_at_a_time(batch, config, device, on_step)
+    return operators_grouped(batch, config, device, on_step)
+
+
+def empty_frames(count: int, config: RandomCNNConfig) -> Tensor:
+    """The (K, M, T, C, n, n) float32 trajectory buffer of `count` operators, on the CPU."""
+    shape = (count, config.realizations, config.n_frames, config.channels, *(config.resolution,) * 2)
+    return torch.empty(shape, dtype=torch.float32)
+
+
+def operators_one_at_a_time(
+    batch: OperatorBatch,
+    config: RandomCNNConfig,
+    device: torch.device,
+    on_step: Callable[[int], Any] | None = None,
+) -> Float[Tensor, "k m time channels x y"]:
+    """Each operator alone (its M realizations together) on one intra-op thread of the CPU, operators side
+    by side on the allowed threads (`dynaforge.threads`): an operator's trajectories do not depend on the
+    batch it is generated in or on the thread count."""
+    frames = empty_frames(len(batch.ops), config)
+    report = serialised(on_step)
+
+    def run_operator(i: int) -> None:
+        arch = architecture_of(batch.ops[i], config.channels)
+        group = build_group(arch, [batch.ops[i]], [batch.layers[i]], config, device)
+        grouped_rollout(
+            group, batch.initial[i : i + 1], [batch.generators[i]], config.steps, config.save_every, report,
+            [frames[i]],
+        )  # fmt: skip
+
+    run_pieces(run_operator, list(range(len(batch.ops))))
+    return frames
+
+
+def operators_grouped(
+    batch: OperatorBatch,
+    config: RandomCNNConfig,
+    device: torch.device,
+    on_step: Callable[[int], Any] | None = None,
+) -> Float[Tensor, "k m time channels x y"]:
+    """Operators grouped by architecture, each group split to the memory budget (halved and retried on
+    out-of-memory, the noise replayed)."""
     count = len(batch.ops)
     m = config.realizations
-    frames = torch.empty(
-        (count, m, config.n_frames, config.channels, *(config.resolution,) * 2), dtype=torch.float32
-    )
+    frames = empty_frames(count, config)
     dtype = torch.bfloat16 if config.precision == "bfloat16" else torch.float32
     by_arch: dict[Architecture, list[int]] = {}
     for i, op in enumerate(batch.ops):
@@ -584,9 +627,12 @@ class RandomCNNSystem:
         if self.config.features:
             from dynaforge.systems.features import trajectory_features
 
-            extras["features"] = (
-                trajectory_features(rows, self.config.spectrum_bins).numpy().astype(np.float32)
+            # One operator's rows at a time, on one intra-op thread: the same bytes in any batch.
+            per_operator = run_pieces(
+                lambda trajectories: trajectory_features(trajectories, self.config.spectrum_bins),
+                list(frames.unbind(0)),
             )
+            extras["features"] = torch.cat(per_operator).numpy().astype(np.float32)
         params = np.concatenate([values, np.ones((len(values), 1))], axis=1)  # domain_length = 1
         time = np.arange(self.config.n_frames, dtype=np.float64) * self.config.dt * self.config.save_every
         fields = torch.movedim(rows, 2, -1).numpy()

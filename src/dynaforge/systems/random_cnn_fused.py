@@ -125,10 +125,14 @@ _fresh_codes = itertools.count()
 
 
 @functools.cache
-def step_function(arch: Architecture, dtype: torch.dtype, compile: bool) -> Callable[..., Tensor]:
+def step_function(
+    arch: Architecture, dtype: torch.dtype, compile: bool, threads: int = 1
+) -> Callable[..., Tensor]:
     """`fused_operator_step` for one architecture, compiled (one graph, weights as inputs) on request.
 
-    Cached per (arch, dtype, compile), so every group of an architecture reuses one compiled graph.
+    Cached per (arch, dtype, compile, threads), so every group of an architecture reuses one compiled
+    graph. Inductor's CPU kernels are written for the intra-op thread count at compile time (their
+    reductions split by it), so a graph is compiled, and reused, for one thread count only.
     """
 
     @no_type_check
@@ -181,7 +185,7 @@ class FusedOperators:
         group = GROUP_CHANNELS if arch.norm == "group" else 1  # instance norm: groups of one channel
         self.norms = [group_matrices(width, group, device) for width in arch.widths[1:]]
         self.coefficients = [row.clone() for row in update_coefficients(ops, device)]  # own storage each
-        self.step_one = step_function(arch, dtype, compile)
+        self.step_one = step_function(arch, dtype, compile, torch.get_num_threads())
 
     def step(
         self, x: Float[Tensor, "k m channels x y"], noise: Float[Tensor, "k m channels x y"]

@@ -18,7 +18,6 @@ Conventions (all systems built on `SpectralSystem`):
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Sequence
 from typing import ClassVar, NamedTuple
 
@@ -32,7 +31,7 @@ from dynaforge.config import InitialConfig, Range, SystemConfig
 from dynaforge.systems.batching import block_samples, pad_rows, rows_for_lanes, sample_blocks
 from dynaforge.systems.etdrk import ETDCoefficients, etd_coefficients
 from dynaforge.systems.initial import FAMILIES as INITIAL_FAMILIES
-from dynaforge.threads import run_pieces
+from dynaforge.threads import run_pieces, serialised
 
 Nonlinear = Callable[[Tensor], Tensor]
 """Maps a spectral state to the spectrum of its nonlinear term N(u)."""
@@ -308,19 +307,6 @@ class SpectralSystem:
                 run_block(rows)
         time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
         return Rollout(frames, time)
-
-
-def serialised(callback: Callable[[int], None] | None) -> Callable[[int], None] | None:
-    """`callback` behind a lock, for calls from several worker threads (None stays None)."""
-    if callback is None:
-        return None
-    lock = threading.Lock()
-
-    def call(value: int) -> None:
-        with lock:
-            callback(value)
-
-    return call
 
 
 def select_rows(coefficients: ETDCoefficients, index: Tensor) -> ETDCoefficients:
