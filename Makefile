@@ -9,7 +9,7 @@ CONSTRAINTS := constraints/cpu.txt
 # The constraints also reach pip's isolated build environment through PIP_CONSTRAINT.
 PIP_ENV := PIP_CONSTRAINT=$(abspath $(CONSTRAINTS)) PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: install run test lint bench bench-env clean
+.PHONY: install run test test-reproducibility lint bench bench-env clean
 
 install: $(STAMP)
 
@@ -23,6 +23,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The reproducibility tests again with 1 and with 2 torch threads (CI runs this after `make test`).
+test-reproducibility: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m reproducibility
+	OMP_NUM_THREADS=2 $(PY) -m pytest -q -m reproducibility
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

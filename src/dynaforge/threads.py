@@ -155,3 +155,10 @@ def serialised(callback: Callable[[int], None] | None) -> Callable[[int], None] 
             callback(value)
 
     return call
+
+
+def on_one_thread(work: Callable[[], Result]) -> Result:
+    """`work()` on one intra-op thread of the calling thread (a piece of its own): numbers that do not
+    depend on the thread count, for work that is not cut into pieces."""
+    (result,) = run_pieces(lambda _: work(), [None], workers=1)
+    return result

@@ -70,7 +70,9 @@ def test_loss_decreases_along_the_golden_curve(tiny_root: Path) -> None:
     assert all("epoch_time" in r for r in epochs)
     val_loss = [r["val_loss"] for r in epochs]
     assert val_loss == sorted(val_loss, reverse=True)
-    assert val_loss == pytest.approx(GOLDEN["val_loss"], rel=1e-2)
+    # Last-bit changes (another CPU family, another MKL path) move this tiny run's curve by up to 5.4%, real
+    # regressions by 15% or more: the measurement and its command are in golden/tiny_val_loss.json.
+    assert val_loss == pytest.approx(GOLDEN["val_loss"], rel=GOLDEN["tolerance"])
 
 
 def test_checkpoint_loads_with_weights_only_and_rebuilds_the_model(tiny_root: Path) -> None:
@@ -86,13 +88,22 @@ def test_checkpoint_loads_with_weights_only_and_rebuilds_the_model(tiny_root: Pa
     assert output.shape == (1, 1, 1, 64) and torch.isfinite(output).all()
 
 
+@pytest.mark.reproducibility
 def test_evaluate_twice_gives_the_same_metrics(tiny_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same bytes again, and on any thread count (the fixture's evaluation ran in its own process with
+    whatever count the machine's load gave it)."""
     metrics = tiny_root / "run" / "eval" / "metrics.json"
     first = metrics.read_bytes()
-    assert main(["-q", "evaluate", str(tiny_root / "run")]) == 0
-    second = metrics.read_bytes()
-    assert main(["-q", "evaluate", str(tiny_root / "run"), "--data", str(tiny_root / "data")]) == 0
-    assert first == second == metrics.read_bytes()
+    previous = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            assert main(["-q", "evaluate", str(tiny_root / "run")]) == 0
+            assert metrics.read_bytes() == first, f"{threads} threads"
+        assert main(["-q", "evaluate", str(tiny_root / "run"), "--data", str(tiny_root / "data")]) == 0
+    finally:
+        torch.set_num_threads(previous)
+    assert first == metrics.read_bytes()
     assert "test one-step nRMSE" in capsys.readouterr().out
 
 

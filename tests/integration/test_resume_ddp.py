@@ -1,9 +1,10 @@
 """Exact resume after SIGKILL, and DDP with 2 gloo ranks against one process (the trainer engine's
 'Done when' tests), on the tiny Burgers dataset.
 
-Both compare against an uninterrupted single-process run of the same config. Every process runs torch
-on one thread (OMP_NUM_THREADS=1 / the `one_thread` fixture): float results can depend on the number of
-threads a reduction is split over, and the comparison must see only what resume or DDP changes.
+Both compare against an uninterrupted single-process run of the same config at the same torch thread
+count (OMP_NUM_THREADS in the subprocesses, torch.set_num_threads here): training's float results depend on
+the number of threads a reduction is split over, and the comparison must see only what resume or DDP
+changes. Exact resume is checked with 1 and with 2 threads.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ RESUME_OVERRIDES = [
 KILL_AT_STEP = 8  # epoch 2, its third step; the last checkpoint (step 6) lies inside epoch 2
 
 
-def subprocess_env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+def subprocess_env(threads: int = 1) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
 
 
-def killed_training(data: Path, out: Path) -> None:
+def killed_training(data: Path, out: Path, threads: int = 1) -> None:
     """`dynaforge train` in a fresh interpreter that SIGKILLs itself right after optimiser step KILL_AT_STEP."""
     script = textwrap.dedent(
         f"""
@@ -69,12 +70,17 @@ def killed_training(data: Path, out: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
-        env=subprocess_env(),
+        env=subprocess_env(threads),
     )
     assert result.returncode == -signal.SIGKILL, result.stderr
 
 
-def test_a_run_killed_mid_epoch_resumes_to_bitwise_identical_weights(tiny_data: Path, tmp_path: Path) -> None:
+@pytest.mark.reproducibility
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_run_killed_mid_epoch_resumes_to_bitwise_identical_weights(
+    tiny_data: Path, tmp_path: Path, threads: int
+) -> None:
+    torch.set_num_threads(threads)  # the `one_thread` fixture restores the count afterwards
     reference = tmp_path / "reference"
     assert (
         main(
@@ -94,8 +100,9 @@ def test_a_run_killed_mid_epoch_resumes_to_bitwise_identical_weights(tiny_data: 
     )
 
     resumed = tmp_path / "resumed"
-    killed_training(tiny_data, resumed)
+    killed_training(tiny_data, resumed, threads)
     interrupted = load_checkpoint(resumed / "checkpoints" / "last.pt")
+    assert interrupted["torch_threads"] == threads
     assert interrupted["step"] == 6 and interrupted["position"] == {"epoch": 1, "batches": 1}
     assert not interrupted["complete"]
     assert (

@@ -75,13 +75,17 @@ def test_statistics_come_from_the_train_split_only(tmp_path: Path) -> None:
     assert not np.isclose(folder.stats["std"][0], everything.std(), rtol=1e-6)
 
 
+@pytest.mark.reproducibility
 def test_one_shard_and_many_shards_give_identical_arrays(tmp_path: Path) -> None:
     generate(tiny("dataset.shard_size=16", "dataset.batch_size=16"), tmp_path / "one", progress=False)
     generate(tiny("dataset.shard_size=3", "dataset.batch_size=2"), tmp_path / "many", progress=False)
     assert len(list((tmp_path / "many" / "train").glob("*.h5"))) == 3
     assert_same_arrays(read_all(tmp_path / "one"), read_all(tmp_path / "many"))
+    # the normalisation statistics too: merged sample by sample, not shard by shard
+    assert DatasetFolder(tmp_path / "one").stats == DatasetFolder(tmp_path / "many").stats
 
 
+@pytest.mark.reproducibility
 def test_workers_split_the_shards_and_together_make_the_same_dataset(tmp_path: Path) -> None:
     config = tiny("dataset.shard_size=2")
     first = generate(config, tmp_path / "split", shard_index=0, num_shards=2, progress=False)

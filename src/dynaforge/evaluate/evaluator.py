@@ -9,7 +9,8 @@ quantities' drift, energy spectra and the worst test samples. RUN may be the roo
 stack (`dynaforge train ... stage=all`): its operator is scored with each trajectory's conditions, and
 `latent_stack` holds the predictor-corrector rollouts, ensembles and steady prior
 (`dynaforge.evaluate.stack_report`). Evaluation is deterministic: the same run, data and device give the same
-metrics.json byte for byte (no timestamps; fixed batches and order).
+metrics.json byte for byte (no timestamps; fixed batches and order), whatever the torch thread count (each
+batch, and the scoring, runs on one intra-op thread: `dynaforge.threads`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from dynaforge.models import ModelShape, model_from_checkpoint
 from dynaforge.runs import RunError, RunFolder, run_folder
 from dynaforge.store import DatasetFolder, SplitArrays
 from dynaforge.store.format import AXIS_NAMES, file_sha256
+from dynaforge.threads import on_one_thread
 from dynaforge.train.checkpoint import load_checkpoint
 from dynaforge.train.log import read_metrics
 
@@ -99,9 +101,13 @@ def evaluate(
     stack = None
     if model_folder is not folder:
         stack = load_stack(folder.root, device)._replace(operator=model)
-        one_step = stack_one_step(stack, test.fields, test.params, shape, stride, batch_size)
-        rolled = stack_rollouts(
-            stack, test.fields, test.params, shape, stride, config.start_frame, config.rollout_frames
+        one_step = on_one_thread(
+            lambda: stack_one_step(stack, test.fields, test.params, shape, stride, batch_size)
+        )
+        rolled = on_one_thread(
+            lambda: stack_rollouts(
+                stack, test.fields, test.params, shape, stride, config.start_frame, config.rollout_frames
+            )
         )
     else:
         one_step = one_step_predictions(model, normalizer, test.fields, shape, stride, batch_size, device)
@@ -116,8 +122,9 @@ def evaluate(
             batch_size,
             device,
         )
-    one_step_scores = score_predictions(one_step, settings)
-    scores = score_rollouts(rolled, settings)
+    # Scores reduce whole tensors: on one intra-op thread, their sums do not depend on the thread count.
+    one_step_scores = on_one_thread(lambda: score_predictions(one_step, settings))
+    scores = on_one_thread(lambda: score_rollouts(rolled, settings))
     rollout_nrmse = scores["curves"]["nrmse"]
     metrics = {
         "one_step_nrmse": one_step_scores["nrmse"],
@@ -150,7 +157,7 @@ def evaluate(
         "evaluate_config": config_to_dict(config),
     }
     if stack is not None:
-        metrics["latent_stack"] = stack_metrics(stack, rolled, test, dataset, trained)
+        metrics["latent_stack"] = on_one_thread(lambda: stack_metrics(stack, rolled, test, dataset, trained))
     report = write_outputs(folder, metrics, rolled, config, trained, model_folder)
     log.info(
         "test one-step nRMSE %.3e, rollout nRMSE at step %d %.3e; report: %s",

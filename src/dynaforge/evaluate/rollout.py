@@ -3,6 +3,10 @@
 Inputs are normalised with the statistics the model was trained with (saved in its checkpoint); outputs
 are denormalised before any comparison, and the truth is the stored field itself (never normalised and
 back). Input frames are returned apart from predictions, so no metric can count them.
+
+On the CPU each batch (of a fixed size, in a fixed order) runs on one intra-op thread and batches run side by
+side on the allowed threads (`dynaforge.threads`), so predictions are the same bytes whatever the thread
+count; on a GPU batches run in order.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from torch import Tensor, nn
 
 from dynaforge.data import Normalizer, WindowDataset, fields_to_channels_first
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout
+from dynaforge.threads import run_pieces
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +68,22 @@ def one_step_predictions(
         targets=shape.horizon,
         stride=stride,
     )
-    predicted, truth = [], []
     model.eval()
+
+    def predict(lo: int) -> tuple[Tensor, Tensor]:
+        batch = [windows[i] for i in range(lo, min(lo + batch_size, len(windows)))]
+        inputs = torch.stack([w.inputs for w in batch]).to(device)
+        predicted = predict_physical(model, normalizer, inputs, 1, shape.spatial_dims).cpu()
+        return predicted, torch.stack([w.targets for w in batch])
+
     with torch.inference_mode():
-        for lo in range(0, len(windows), batch_size):
-            batch = [windows[i] for i in range(lo, min(lo + batch_size, len(windows)))]
-            inputs = torch.stack([w.inputs for w in batch]).to(device)
-            predicted.append(predict_physical(model, normalizer, inputs, 1, shape.spatial_dims).cpu())
-            truth.append(torch.stack([w.targets for w in batch]))
-    return Predictions(predicted=torch.cat(predicted), truth=torch.cat(truth))
+        batches = run_pieces(predict, list(range(0, len(windows), batch_size)), workers_for(device))
+    return Predictions(predicted=torch.cat([p for p, _ in batches]), truth=torch.cat([t for _, t in batches]))
+
+
+def workers_for(device: torch.device) -> int | None:
+    """Worker threads for batches on `device`: the allowed threads on the CPU, one for a GPU's stream."""
+    return None if device.type == "cpu" else 1
 
 
 def available_rollout_frames(n_frames: int, shape: ModelShape, stride: int, start_frame: int) -> int:
@@ -109,12 +121,14 @@ def rollouts(
         frames = available
     calls = math.ceil(frames / shape.horizon)
     inputs = trajectories[:, : shape.history]
-    predicted = []
     model.eval()
+
+    def roll(lo: int) -> Tensor:
+        batch = inputs[lo : lo + batch_size].to(device)
+        return predict_physical(model, normalizer, batch, calls, shape.spatial_dims).cpu()
+
     with torch.inference_mode():
-        for lo in range(0, inputs.shape[0], batch_size):
-            batch = inputs[lo : lo + batch_size].to(device)
-            predicted.append(predict_physical(model, normalizer, batch, calls, shape.spatial_dims).cpu())
+        predicted = run_pieces(roll, list(range(0, inputs.shape[0], batch_size)), workers_for(device))
     return Rollouts(
         inputs=inputs,
         predicted=torch.cat(predicted)[:, :frames],

@@ -587,6 +587,16 @@ class Trainer:
                 self.cluster.world_size,
             )
         restore_rng_state(ranks[self.cluster.rank % len(ranks)])
+        started_with = state.get("torch_threads")
+        if started_with is not None and started_with != torch.get_num_threads():
+            log.warning(
+                "%s was trained with %d torch thread(s) and continues with %d: the result will differ in the "
+                "last bits from an uninterrupted run (set OMP_NUM_THREADS=%d to continue it exactly)",
+                self.run.root,
+                started_with,
+                torch.get_num_threads(),
+                started_with,
+            )
         self.step = int(state["step"])
         self.epoch = int(state["position"]["epoch"])
         self.batches_done = int(state["position"]["batches"])
@@ -790,6 +800,7 @@ class Trainer:
             "normalization": self.normalizer.to_dict(),
             "data": str(self.data_root),
             "world_size": self.cluster.world_size,
+            "torch_threads": torch.get_num_threads(),
         }
         if self.task is not None:
             state.update(self.task.checkpoint_extras())
