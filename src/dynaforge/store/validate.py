@@ -118,6 +118,9 @@ def check_shard(
             raise ValueError("seeds or time has the wrong length")
         if not np.array_equal(h5["index"][...], np.arange(record["start"], record["stop"])):
             raise ValueError("index does not match the shard's range")
+        hashes = record.get("sample_sha256")
+        if hashes is not None and len(hashes) != n:
+            raise ValueError(f"the record holds {len(hashes)} sample hashes for {n} samples")
         axes = [str(a) for a in h5.attrs.get("axis_names", AXIS_NAMES)]
         for axis, n_points in zip(axes, shape["space"], strict=False):
             if axis not in h5 or h5[axis].shape != (n, n_points):
