@@ -19,9 +19,9 @@ Trained here, in the same process, on the same train split:
 
 Scored on the test split, in physical units, from the true frames at t = 30 (stored frames 60 and 62),
 rolled out 100 model steps (100 time units, several Lyapunov times):
-- rollout nRMSE (dynaforge.evaluate.metrics.nrmse_per_frame), averaged over steps 1-20 and 1-100;
+- rollout nRMSE (dynaforge.metrics.fields.nrmse_per_frame), averaged over steps 1-20 and 1-100;
 - long-horizon energy-spectrum error: mean over shells k >= 1 whose true energy exceeds 1e-6 of the peak of
-  |log10 E_pred(k) - log10 E_true(k)|, with E (dynaforge.evaluate.spectral.energy_spectrum) averaged over
+  |log10 E_pred(k) - log10 E_true(k)|, with E (dynaforge.metrics.spectra.energy_spectrum) averaged over
   the test trajectories and steps 51-100 (statistics of the attractor, not pointwise agreement);
 - cost: wall time per rollout step (batch of all test trajectories, one thread);
 - ensembles of 8 corrected rollouts: the Pearson correlation between the members' spread and the error of
@@ -83,23 +83,23 @@ import torch
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import Config, load_config, save_config
 from dynaforge.data.windows import fields_to_channels_first
-from dynaforge.evaluate.latent_stack import (
+from dynaforge.evaluate.rollout import predict_physical
+from dynaforge.evaluate.stack_report import long_horizon_spectrum_error, steady_prior_score
+from dynaforge.metrics.ensemble import spread_error_correlation
+from dynaforge.metrics.fields import nrmse_per_frame
+from dynaforge.models.flow import FlowInput, FlowOutput
+from dynaforge.models.latent import Conditions
+from dynaforge.models.latent_stack import (
     Corrector,
     LatentStack,
     ensemble_rollout,
     load_stack,
     operator_step,
     predictor_corrector_rollout,
-    spread_error_correlation,
 )
-from dynaforge.evaluate.metrics import nrmse_per_frame
-from dynaforge.evaluate.rollout import predict_physical
-from dynaforge.evaluate.stack_report import long_horizon_spectrum_error, steady_prior_score
-from dynaforge.models.flow import FlowInput, FlowOutput
-from dynaforge.models.latent import Conditions
 from dynaforge.models.registry import model_from_checkpoint
+from dynaforge.runs import load_checkpoint
 from dynaforge.store import DatasetFolder, generate
-from dynaforge.train.checkpoint import load_checkpoint
 from dynaforge.train.losses import mse_loss
 from dynaforge.train.stages import (
     CorrectorTask,

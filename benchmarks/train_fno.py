@@ -101,7 +101,7 @@ from torch.utils.data import DataLoader, Dataset
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import Config, ConfigError, DataConfig, load_config
 from dynaforge.data import Normalizer, WindowDataset, make_loader
-from dynaforge.evaluate.metrics import relative_l2_per_frame
+from dynaforge.metrics.fields import relative_l2_per_frame
 from dynaforge.models import ModelInput, ModelShape, build_model
 from dynaforge.store import DatasetFolder, generate
 from dynaforge.train import Trainer

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from dynaforge.config import Config, config_differences, config_to_dict, load_config, save_config
 from dynaforge.evaluate import evaluate, evaluation_is_current
-from dynaforge.runs import RunError, holds_run, run_folder, training_differences
+from dynaforge.runs import RunError, holds_run, load_checkpoint, run_folder, training_differences
 from dynaforge.store import generate
 from dynaforge.store.format import MANIFEST
 from dynaforge.store.writer import identity_of
-from dynaforge.train import load_checkpoint, train
+from dynaforge.train import train
 
 log = logging.getLogger(__name__)
 

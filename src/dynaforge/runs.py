@@ -5,6 +5,33 @@ RUN/metrics.jsonl          one JSON line per logging window and per epoch
 RUN/checkpoints/last.pt    after every epoch
 RUN/checkpoints/best.pt    the epoch with the lowest validation loss
 RUN/eval/metrics.json      after `dynaforge evaluate`, with plots and report.html
+
+Checkpoints hold plain data only (tensors, numbers, strings, lists, dicts), so they load with
+`torch.load(..., weights_only=True)`, and are written atomically (a killed writer never leaves a partial
+file). A training checkpoint holds:
+    format_version, dynaforge_version
+    kind                             what trained it, when not the surrogate trainer (`model_from_checkpoint`)
+    model                            the weights to evaluate: the EMA's when train.ema.evaluate, else the
+                                     trained ones
+    train_model                      the trained weights, when `model` holds the EMA's
+    optimizer, scheduler, scaler     state dicts (scaler: fp16 only, else empty)
+    ema                              the EMA's state (module, updates), when train.ema is on
+    rng                              random generator states (python, numpy, torch, cuda), one per rank
+    epoch                            epochs completed
+    step                             optimiser steps completed
+    position                         where training stands: epoch (0-based) and micro-batches done in it
+    epoch_loss                       the current epoch's training loss so far: [sum, good steps]
+    skipped_steps                    steps skipped for a non-finite loss or gradient, in total
+    complete                         True when training has run all its epochs
+    val_loss, best_val_loss          the last validation loss and the best so far
+    config                           the full run config as a dict
+    model_shape                      channels, history, horizon, spatial_dims
+    normalization                    the per-channel mean and std the model was trained with
+    data                             the dataset folder trained on
+    world_size, torch_threads        processes that trained it, and their torch thread count
+
+State dicts never carry the `_orig_mod.` (torch.compile) or `module.` (DDP) prefixes; `load_checkpoint`
+also strips them from files written by other tools.
 """
 
 from __future__ import annotations
@@ -13,6 +40,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import torch
+
+from dynaforge.atomic import atomic_path
 from dynaforge.config import ConfigError, config_differences, config_from_dict, config_to_dict
 
 EVALUATION_ONLY = ("evaluate", "tune")
@@ -84,3 +114,47 @@ def with_defaults(saved: Mapping[str, Any]) -> dict[str, Any]:
         return config_to_dict(config_from_dict(saved))
     except ConfigError:
         return dict(saved)
+
+
+# ---- checkpoint files ------------------------------------------------------------------------------
+
+CHECKPOINT_VERSION = 1
+WRAPPER_PREFIXES = ("_orig_mod.", "module.")
+"""Key prefixes added by torch.compile's OptimizedModule and by DistributedDataParallel."""
+MODEL_KEYS = ("model", "train_model")
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """A checkpoint's plain data, loaded safely (weights_only: no arbitrary code runs)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"checkpoint {path} does not exist; train first with `dynaforge train CONFIG --data DIR --out RUN`"
+        )
+    state = torch.load(path, map_location=map_location, weights_only=True)
+    version = state.get("format_version") if isinstance(state, dict) else None
+    if version != CHECKPOINT_VERSION:
+        raise ValueError(
+            f"{path} is not a dynaforge checkpoint of version {CHECKPOINT_VERSION} (got {version})"
+        )
+    for key in MODEL_KEYS:
+        if key in state:
+            state[key] = strip_wrapper_prefixes(state[key])
+    if isinstance(state.get("ema"), Mapping) and "module" in state["ema"]:
+        state["ema"]["module"] = strip_wrapper_prefixes(state["ema"]["module"])
+    return state
+
+
+def strip_wrapper_prefixes(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """Keys without leading `_orig_mod.` / `module.` prefixes (in any order and number)."""
+    cleaned = {}
+    for key, value in state_dict.items():
+        while key.startswith(WRAPPER_PREFIXES):
+            key = key.split(".", 1)[1]
+        cleaned[key] = value
+    return cleaned

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from dynaforge.config import load_config
-from dynaforge.train import Trainer, load_checkpoint, train
+from dynaforge.runs import load_checkpoint
+from dynaforge.train import Trainer, train
 from dynaforge.train.capture import release_memory_if_short
 from dynaforge.train.log import read_metrics
 

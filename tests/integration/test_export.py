@@ -19,7 +19,6 @@ pytest.importorskip("onnxscript")
 from dynaforge.cli import main
 from dynaforge.config import MODEL_CONFIGS, Config, config_to_dict, load_config
 from dynaforge.data import Normalizer
-from dynaforge.evaluate.metrics import nrmse_per_frame
 from dynaforge.evaluate.rollout import rollouts
 from dynaforge.export.onnx_export import (
     OPSET,
@@ -32,10 +31,11 @@ from dynaforge.export.onnx_export import (
     verify,
 )
 from dynaforge.export.onnx_rollout import rollout_onnx
+from dynaforge.metrics.fields import nrmse_per_frame
 from dynaforge.models import MODELS, ModelInput, ModelShape, build_model, model_from_checkpoint
+from dynaforge.runs import CHECKPOINT_VERSION, save_checkpoint
 from dynaforge.store import DatasetFolder, generate
-from dynaforge.train import save_checkpoint, train
-from dynaforge.train.checkpoint import CHECKPOINT_VERSION
+from dynaforge.train import train
 from dynaforge.train.nbody_controller import train_controller
 from tests.conftest import CONFIGS
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from dynaforge.cli import main
+from dynaforge.seeds import SPLITS
 from dynaforge.store import DatasetError, DatasetFolder, validate_dataset
 from dynaforge.store.convert import convert
-from dynaforge.store.format import SPLITS
 from dynaforge.store.interop import ForeignDataset, parse_fractions, split_ranges
 from dynaforge.store.pdebench import write_cfd_file, write_groups_file, write_tensor_file
 from dynaforge.store.the_well import write_well_file

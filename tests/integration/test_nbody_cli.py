@@ -9,7 +9,7 @@ import numpy as np
 
 from dynaforge.cli import main
 from dynaforge.config import load_config
-from dynaforge.store.format import sample_rng, sample_seed
+from dynaforge.seeds import sample_rng, sample_seed
 from dynaforge.store.reader import DatasetFolder
 from dynaforge.systems import build_system
 from dynaforge.systems.nbody_initial import load_initial_from_store, orbital_elements

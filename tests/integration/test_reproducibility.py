@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from dynaforge.config import Config, load_config
+from dynaforge.seeds import SPLITS
 from dynaforge.store import generate
-from dynaforge.store.format import SPLITS
 
 from ..conftest import CONFIGS
 

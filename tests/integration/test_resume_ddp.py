@@ -22,7 +22,8 @@ import torch
 from dynaforge.cli import main
 from dynaforge.config import load_config
 from dynaforge.pipeline import run_pipeline
-from dynaforge.train import Trainer, load_checkpoint
+from dynaforge.runs import load_checkpoint
+from dynaforge.train import Trainer
 from dynaforge.train.log import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]

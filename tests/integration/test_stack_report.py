@@ -10,7 +10,8 @@ import pytest
 
 from dynaforge.config import load_config
 from dynaforge.evaluate import evaluate
-from dynaforge.evaluate.stack_report import long_horizon_spectrum_error, spectrum_distance
+from dynaforge.evaluate.stack_report import long_horizon_spectrum_error
+from dynaforge.metrics.spectra import spectrum_distance
 from dynaforge.train.stages import run_stages
 from tests.conftest import CONFIGS
 

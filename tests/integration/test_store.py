@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from dynaforge.config import Config, load_config
+from dynaforge.seeds import SPLITS, sample_seed
 from dynaforge.store import DatasetError, DatasetFolder, generate, validate_dataset
-from dynaforge.store.format import SPLITS, sample_seed
 
 from ..conftest import CONFIGS, run_cli
 

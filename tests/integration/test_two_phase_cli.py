@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dynaforge.cli import main
-from dynaforge.train.checkpoint import load_checkpoint
+from dynaforge.runs import load_checkpoint
 from dynaforge.train.log import read_metrics
 
 TINY = str(Path(__file__).resolve().parents[2] / "configs" / "two_phase_tiny.yaml")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dynaforge.config import load_config
-from dynaforge.train.checkpoint import load_checkpoint
+from dynaforge.runs import load_checkpoint
 from dynaforge.train.log import read_metrics
 from dynaforge.train.two_phase import TwoPhaseTrainer
 

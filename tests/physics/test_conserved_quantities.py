@@ -1,4 +1,4 @@
-"""The conservation table of `dynaforge.evaluate.physics` holds for dynaforge's own solvers.
+"""The conservation table of `dynaforge.metrics.physics` holds for dynaforge's own solvers.
 
 Each system's ground-truth rollout keeps the quantities the table lists (to round-off), and the quantities
 it leaves out do change, so a drift check is neither missing nor charging a model for physics.
@@ -11,7 +11,7 @@ import pytest
 import torch
 from physics_helpers import system_from_overrides
 
-from dynaforge.evaluate.physics import CONSERVED, energy, mass
+from dynaforge.metrics.physics import CONSERVED, energy, mass
 
 SETTINGS = {
     "heat": {"resolution": 64, "dt": 0.01, "steps": 40, "diffusivity": 0.01},

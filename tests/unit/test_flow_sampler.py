@@ -9,17 +9,16 @@ import torch
 from torch import Tensor, nn
 
 from dynaforge.config import FlowNetConfig
-from dynaforge.evaluate.latent_stack import (
-    Corrector,
-    conditioned_rollout,
-    energy_score,
-    ensemble_rollout,
-    predictor_corrector_rollout,
-    spread_error_correlation,
-)
+from dynaforge.metrics.ensemble import energy_score, spread_error_correlation
 from dynaforge.models import ModelInput, ModelOutput, ModelShape, build_model
 from dynaforge.models.flow import FlowInput, FlowOutput, flow_velocity, integrate_flow, sample
 from dynaforge.models.latent import Conditions
+from dynaforge.models.latent_stack import (
+    Corrector,
+    conditioned_rollout,
+    ensemble_rollout,
+    predictor_corrector_rollout,
+)
 from dynaforge.train.stages import distillation_target, rollout_residual
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from dynaforge.evaluate.metrics import nrmse, nrmse_per_frame, relative_l2_per_frame
+from dynaforge.metrics.fields import nrmse, nrmse_per_frame, relative_l2_per_frame
 from dynaforge.train.losses import LOSSES, mse_loss, relative_l2_loss
 
 

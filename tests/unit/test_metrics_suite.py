@@ -10,9 +10,11 @@ import pytest
 import torch
 from torch import Tensor
 
-from dynaforge.evaluate import horizon, metrics, physics, spectral
 from dynaforge.evaluate.rollout import Predictions, Rollouts
 from dynaforge.evaluate.suite import METRICS, MetricSettings, frame_curves, score_predictions, score_rollouts
+from dynaforge.metrics import fields as metrics
+from dynaforge.metrics import horizon, physics
+from dynaforge.metrics import spectra as spectral
 
 
 def frames(*values: list[float]) -> Tensor:

@@ -15,13 +15,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from dynaforge.config import ConfigError, load_config, save_config
 from dynaforge.models import ModelInput, ModelShape, build_model
-from dynaforge.train.checkpoint import (
-    load_checkpoint,
-    restore_rng_state,
-    rng_state,
-    save_checkpoint,
-    strip_wrapper_prefixes,
-)
+from dynaforge.runs import load_checkpoint, save_checkpoint, strip_wrapper_prefixes
+from dynaforge.train.checkpoint import restore_rng_state, rng_state
 from dynaforge.train.ema import EMA
 from dynaforge.train.losses import LOSSES
 from dynaforge.train.precision import Precision, full_precision

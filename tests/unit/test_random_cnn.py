@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from dynaforge.config import ParameterSpec, load_config
+from dynaforge.seeds import sample_seed
 from dynaforge.store import DatasetFolder, generate, validate_dataset
-from dynaforge.store.format import sample_seed
 from dynaforge.systems import build_system
 from dynaforge.systems import random_cnn as rc
 from dynaforge.systems.features import feature_names, trajectory_features

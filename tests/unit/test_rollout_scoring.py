@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 from dynaforge.data import Normalizer
-from dynaforge.evaluate.metrics import nrmse_per_frame
 from dynaforge.evaluate.rollout import one_step_predictions, rollouts
 from dynaforge.evaluate.suite import MetricSettings, score_predictions, score_rollouts
+from dynaforge.metrics.fields import nrmse_per_frame
 from dynaforge.models import ModelInput, ModelOutput, ModelShape
 
 

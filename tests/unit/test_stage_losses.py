@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dynaforge.config import FlowNetConfig
-from dynaforge.evaluate.latent_stack import energy_score
+from dynaforge.metrics.ensemble import energy_score
 from dynaforge.models import ModelShape, build_model
 from dynaforge.models.flow import FlowInput, FlowOutput
 from dynaforge.train.stages import flow_matching_loss, log_spectrum_loss

@@ -17,7 +17,7 @@ from dynaforge.config import (
     load_config,
 )
 from dynaforge.models import ModelInput, ModelShape, build_model
-from dynaforge.train.checkpoint import load_checkpoint, save_checkpoint
+from dynaforge.runs import load_checkpoint, save_checkpoint
 from dynaforge.train.log import WindowMeter
 from dynaforge.train.optim import build_optimizer, parameter_groups
 from dynaforge.train.schedule import build_scheduler, warmup_cosine_factor

@@ -16,8 +16,7 @@ from torch import Tensor
 
 from dynaforge.config import Config, ConfigError, load_config
 from dynaforge.models.hopfield import HopfieldNet
-from dynaforge.runs import RunError
-from dynaforge.train.checkpoint import load_checkpoint
+from dynaforge.runs import RunError, load_checkpoint
 from dynaforge.train.log import read_metrics
 from dynaforge.train.two_phase import (
     CompiledRelax,

@@ -1,8 +1,8 @@
 """Evaluation: rollouts on the test split, metrics, plots and the HTML report."""
 
 from dynaforge.evaluate.evaluator import EvaluationResult, evaluate, evaluation_is_current
-from dynaforge.evaluate.metrics import nrmse, nrmse_per_frame, relative_l2_per_frame
 from dynaforge.evaluate.suite import METRICS, MetricSettings, score_predictions, score_rollouts
+from dynaforge.metrics.fields import nrmse, nrmse_per_frame, relative_l2_per_frame
 
 __all__ = [
     "METRICS",

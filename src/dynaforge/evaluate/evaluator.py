@@ -35,7 +35,6 @@ from dynaforge.config import (
     resolve_device,
 )
 from dynaforge.data import Normalizer
-from dynaforge.evaluate.latent_stack import LatentStack, load_stack
 from dynaforge.evaluate.plots import (
     error_vs_step_png,
     metric_curves_png,
@@ -56,11 +55,11 @@ from dynaforge.evaluate.stack_report import (
 from dynaforge.evaluate.suite import METRICS as METRICS_INFO
 from dynaforge.evaluate.suite import PANELS, MetricSettings, score_predictions, score_rollouts
 from dynaforge.models import ModelShape, model_from_checkpoint
-from dynaforge.runs import RunError, RunFolder, run_folder
+from dynaforge.models.latent_stack import LatentStack, load_stack
+from dynaforge.runs import RunError, RunFolder, load_checkpoint, run_folder
 from dynaforge.store import DatasetFolder, SplitArrays
 from dynaforge.store.format import AXIS_NAMES, file_sha256
 from dynaforge.threads import on_one_thread
-from dynaforge.train.checkpoint import load_checkpoint
 from dynaforge.train.log import read_metrics
 
 log = logging.getLogger(__name__)

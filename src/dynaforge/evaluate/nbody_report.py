@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 
 from dynaforge.atomic import atomic_path, atomic_write_json
 from dynaforge.config import Config, ConfigError, config_to_dict
-from dynaforge.store.format import sample_rng, sample_seed
+from dynaforge.seeds import sample_rng, sample_seed
 from dynaforge.systems.nbody import NBody, channels_to_state, invariants, relative_drifts
 from dynaforge.systems.nbody_control import Integrator, RunState, StepInfo, build_controller
 

@@ -131,7 +131,7 @@ def physics_html(metrics: Mapping[str, Any]) -> str:
     if not conserved:
         text = (
             f"The system <code>{html.escape(str(metrics['system']))}</code> has no conserved quantity dynaforge "
-            "checks (see <code>dynaforge.evaluate.physics.CONSERVED</code>)."
+            "checks (see <code>dynaforge.metrics.physics.CONSERVED</code>)."
         )
         rows = []
     else:

@@ -20,7 +20,6 @@ true frames at `evaluate.start_frame`):
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +31,25 @@ from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
 from dynaforge.data import Normalizer, WindowDataset, fields_to_channels_first
-from dynaforge.evaluate.latent_stack import (
+from dynaforge.evaluate.plots import figure_to_png
+from dynaforge.evaluate.rollout import Predictions, Rollouts, available_rollout_frames
+from dynaforge.metrics.ensemble import spread_error_correlation
+from dynaforge.metrics.fields import nrmse_per_frame
+from dynaforge.metrics.spectra import SPECTRUM_RANGE, energy_spectrum, spectrum_distance
+from dynaforge.models import ModelShape
+from dynaforge.models.flow import sample
+from dynaforge.models.latent import Conditions
+from dynaforge.models.latent_stack import (
     Corrector,
     LatentStack,
     ensemble_rollout,
     operator_step,
     predictor_corrector_rollout,
-    spread_error_correlation,
 )
-from dynaforge.evaluate.metrics import nrmse_per_frame
-from dynaforge.evaluate.plots import figure_to_png
-from dynaforge.evaluate.rollout import Predictions, Rollouts, available_rollout_frames
-from dynaforge.evaluate.spectral import energy_spectrum
-from dynaforge.models import ModelShape
-from dynaforge.models.flow import sample
-from dynaforge.models.latent import Conditions
 
 STATUS_FILE = "stages.json"
 ENSEMBLE_MEMBERS = 4
 """Members of each ensemble in the report."""
-SPECTRUM_RANGE = 1e-6
-"""Shells whose true energy is below this fraction of the peak are left out of the spectrum error."""
 
 
 def is_stack(root: str | Path) -> bool:
@@ -73,18 +70,6 @@ def long_horizon_spectrum_error(
     e_pred = energy_spectrum(predicted[:, half:].float()).mean(dim=(0, 1, 2))
     e_true = energy_spectrum(truth[:, half:].float()).mean(dim=(0, 1, 2))
     return spectrum_distance(e_pred, e_true, spectrum_range)
-
-
-def spectrum_distance(
-    e_pred: Float[Tensor, " shells"], e_true: Float[Tensor, " shells"], spectrum_range: float = SPECTRUM_RANGE
-) -> float:
-    """Mean |log10 e_pred - log10 e_true| over shells k >= 1 whose true energy exceeds `spectrum_range`
-    times the peak (the energetic shells: the dissipation range's round-off does not count)."""
-    keep = e_true > spectrum_range * e_true.max()
-    keep[0] = False
-    if not bool(keep.any()):
-        return math.nan
-    return float((torch.log10(e_pred[keep] + 1e-30) - torch.log10(e_true[keep])).abs().mean())
 
 
 def device_of(stack: LatentStack) -> torch.device:

@@ -13,15 +13,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from dynaforge.evaluate.horizon import (
-    CORRELATION_THRESHOLD,
-    correlation_per_frame,
-    correlation_time,
-    geometric_mean,
-    well_time_windows,
-    window_means,
-)
-from dynaforge.evaluate.metrics import (
+from dynaforge.evaluate.rollout import Predictions, Rollouts
+from dynaforge.metrics.fields import (
     brmse_per_frame,
     crmse_per_frame,
     max_error_per_frame,
@@ -30,15 +23,22 @@ from dynaforge.evaluate.metrics import (
     rmse_per_frame,
     vrmse_per_frame,
 )
-from dynaforge.evaluate.physics import (
+from dynaforge.metrics.horizon import (
+    CORRELATION_THRESHOLD,
+    correlation_per_frame,
+    correlation_time,
+    geometric_mean,
+    well_time_windows,
+    window_means,
+)
+from dynaforge.metrics.physics import (
     conserved_quantities,
     energy_drift_per_frame,
     mass_drift_per_frame,
     mean_spectrum,
     spectrum_error_per_frame,
 )
-from dynaforge.evaluate.rollout import Predictions, Rollouts
-from dynaforge.evaluate.spectral import PDEBENCH_BANDS, binned_spectral_per_frame, fourier_band_rmse_per_frame
+from dynaforge.metrics.spectra import PDEBENCH_BANDS, binned_spectral_per_frame, fourier_band_rmse_per_frame
 
 
 class MetricInfo(NamedTuple):
@@ -118,7 +118,7 @@ class MetricSettings(NamedTuple):
     frame_dt: float | None = None
     """Time between predicted frames, when known."""
     system: str = ""
-    """The dataset's system, for the conserved quantities (`dynaforge.evaluate.physics.CONSERVED`)."""
+    """The dataset's system, for the conserved quantities (`dynaforge.metrics.physics.CONSERVED`)."""
     worst_samples: int = 3
     """How many of the worst rollouts to list."""
 

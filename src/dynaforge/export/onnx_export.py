@@ -48,8 +48,7 @@ from dynaforge.models.dt_predictor import (
     build_step_controller_net,
 )
 from dynaforge.models.flow import FlowInput, FlowOutput
-from dynaforge.runs import RunError, run_folder
-from dynaforge.train.checkpoint import load_checkpoint
+from dynaforge.runs import RunError, load_checkpoint, run_folder
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import numpy as np
 from dynaforge.runs import RunError
 
 EPS = 1e-12
-"""Floor of a true frame's norm in the nRMSE denominator (as in dynaforge.evaluate.metrics)."""
+"""Floor of a true frame's norm in the nRMSE denominator (as in dynaforge.metrics.fields)."""
 
 
 class OnnxRollout(NamedTuple):

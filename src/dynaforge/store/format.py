@@ -1,4 +1,4 @@
-"""Names, layout and seed derivation of the dataset format (specified in docs/format.md).
+"""Names and layout of the dataset format (specified in docs/format.md; the seed rule is `dynaforge.seeds`).
 
 A dataset folder:
 
@@ -20,9 +20,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dynaforge.seeds import SPLITS
+
 FORMAT_VERSION = 1
-SPLITS = ("train", "val", "test")
-SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
 MANIFEST = "manifest.json"
 CONFIG = "config.yaml"
 AXIS_NAMES = ("x", "y", "z")
@@ -61,20 +61,6 @@ def plan_shards(split_sizes: dict[str, int], shard_size: int) -> list[ShardSpec]
         for i in range(math.ceil(n / shard_size)):
             shards.append(ShardSpec(split, i, i * shard_size, min((i + 1) * shard_size, n)))
     return shards
-
-
-def sample_seed(base_seed: int, split: str, index: int) -> int:
-    """The seed of one sample, from (base seed, split, global index) alone (numpy SeedSequence mixing).
-
-    Splits draw from independent streams; the seed does not depend on shards, batches or machines.
-    """
-    sequence = np.random.SeedSequence(entropy=base_seed, spawn_key=(SPLIT_IDS[split], index))
-    return int(sequence.generate_state(1, dtype=np.uint64)[0])
-
-
-def sample_rng(seed: int) -> np.random.Generator:
-    """The generator a sample draws its parameters and initial field from."""
-    return np.random.default_rng(seed)
 
 
 def sample_sha256(fields: np.ndarray, params: np.ndarray) -> str:

@@ -25,8 +25,9 @@ import h5py
 import numpy as np
 
 import dynaforge
+from dynaforge.seeds import SPLITS
 from dynaforge.store.foreign import ForeignFormat, ForeignLayout
-from dynaforge.store.format import FORMAT_VERSION, SPLITS
+from dynaforge.store.format import FORMAT_VERSION
 from dynaforge.store.pdebench import PDEBENCH
 from dynaforge.store.reader import SplitArrays
 from dynaforge.store.stats import ChannelMoments

@@ -10,7 +10,8 @@ import h5py
 import numpy as np
 
 from dynaforge.config import Config, ConfigError, load_config
-from dynaforge.store.format import AXIS_NAMES, CONFIG, FORMAT_VERSION, MANIFEST, SPLITS
+from dynaforge.seeds import SPLITS
+from dynaforge.store.format import AXIS_NAMES, CONFIG, FORMAT_VERSION, MANIFEST
 from dynaforge.store.writer import DatasetError
 
 if TYPE_CHECKING:

@@ -8,7 +8,8 @@ from typing import Any, NamedTuple
 import h5py
 import numpy as np
 
-from dynaforge.store.format import AXIS_NAMES, CONFIG, SPLITS, file_sha256
+from dynaforge.seeds import SPLITS
+from dynaforge.store.format import AXIS_NAMES, CONFIG, file_sha256
 from dynaforge.store.reader import read_manifest
 from dynaforge.store.writer import DatasetError
 

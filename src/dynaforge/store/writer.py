@@ -33,6 +33,7 @@ from dynaforge.config import (
 )
 from dynaforge.floating import flush_denormals
 from dynaforge.machine import machine_record
+from dynaforge.seeds import sample_rng, sample_seed
 from dynaforge.store.format import (
     AXIS_NAMES,
     CONFIG,
@@ -41,8 +42,6 @@ from dynaforge.store.format import (
     ShardSpec,
     file_sha256,
     plan_shards,
-    sample_rng,
-    sample_seed,
     sample_sha256,
 )
 from dynaforge.store.stats import ChannelMoments, SampleMoments

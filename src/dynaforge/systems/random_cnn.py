@@ -551,14 +551,14 @@ class RandomCNNSystem:
         return feature_names(self.config.spectrum_bins)
 
     def operator_seed(self, base_seed: int, split: str, operator: int) -> int:
-        from dynaforge.store.format import SPLIT_IDS
+        from dynaforge.seeds import SPLIT_IDS
 
         key = (SPLIT_IDS[split], operator, OPERATOR_STREAM)
         return int(np.random.SeedSequence(entropy=base_seed, spawn_key=key).generate_state(1, np.uint64)[0])
 
     def operator_points(self, base_seed: int, split: str, start: int, stop: int) -> np.ndarray:
         """Unit-cube coordinates of operators [start, stop) of a split."""
-        from dynaforge.store.format import SPLIT_IDS
+        from dynaforge.seeds import SPLIT_IDS
 
         seed = sobol_seed(base_seed, SPLIT_IDS[split])
         return sobol_points(len(self.dimensions), start, stop, seed)
@@ -576,7 +576,7 @@ class RandomCNNSystem:
         self, split: str, start: int, stop: int, base_seed: int
     ) -> tuple[OperatorBatch, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Operators [start, stop): the batch to run, Sobol points, mapped values, operator seeds, IC families."""
-        from dynaforge.store.format import sample_seed
+        from dynaforge.seeds import sample_seed
 
         m = self.config.realizations
         points = self.operator_points(base_seed, split, start, stop)

@@ -263,8 +263,7 @@ def start_from_artifact(reference: str, run_root: str | Path, config: Any) -> No
     """Make run folder `run_root` continue from W&B checkpoint artifact `reference`: its checkpoint becomes
     RUN/checkpoints/last.pt (for `resume`) after checking it was trained with the same `config`."""
     from dynaforge.config import config_to_dict, save_config
-    from dynaforge.runs import run_folder, training_differences
-    from dynaforge.train.checkpoint import load_checkpoint
+    from dynaforge.runs import load_checkpoint, run_folder, training_differences
 
     run = run_folder(run_root)
     if run.last.exists():

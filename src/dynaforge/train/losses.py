@@ -11,7 +11,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from dynaforge.evaluate.metrics import relative_l2_per_frame
+from dynaforge.metrics.fields import relative_l2_per_frame
 
 
 def mse_loss(

@@ -45,7 +45,7 @@ from dynaforge.config import (
     save_config,
 )
 from dynaforge.models.dt_predictor import StepControllerInput, StepControllerNet, build_step_controller_net
-from dynaforge.runs import RunFolder
+from dynaforge.runs import CHECKPOINT_VERSION, RunFolder, load_checkpoint, save_checkpoint
 from dynaforge.systems.nbody import BodyParams, BodyState, make_params
 from dynaforge.systems.nbody_control import (
     CLASSICAL_FEATURE,
@@ -59,13 +59,7 @@ from dynaforge.systems.nbody_control import (
     pair_view,
 )
 from dynaforge.systems.nbody_initial import kepler_relative_state, random_cluster
-from dynaforge.train.checkpoint import (
-    CHECKPOINT_VERSION,
-    load_checkpoint,
-    restore_rng_state,
-    rng_state,
-    save_checkpoint,
-)
+from dynaforge.train.checkpoint import restore_rng_state, rng_state
 from dynaforge.train.log import MetricsLog, WandbLogger, environment
 from dynaforge.train.optim import build_optimizer
 from dynaforge.train.schedule import build_scheduler

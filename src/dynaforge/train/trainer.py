@@ -60,16 +60,18 @@ from dynaforge.config import (
 )
 from dynaforge.data import Normalizer, Window, WindowDataset, make_loader
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout, build_model
-from dynaforge.runs import RunError, holds_run, run_folder, training_differences
+from dynaforge.runs import (
+    CHECKPOINT_VERSION,
+    RunError,
+    holds_run,
+    load_checkpoint,
+    run_folder,
+    save_checkpoint,
+    training_differences,
+)
 from dynaforge.store import DatasetFolder
 from dynaforge.train.capture import StepGraph, compile_model, release_memory_if_short
-from dynaforge.train.checkpoint import (
-    CHECKPOINT_VERSION,
-    load_checkpoint,
-    restore_rng_state,
-    rng_state,
-    save_checkpoint,
-)
+from dynaforge.train.checkpoint import restore_rng_state, rng_state
 from dynaforge.train.distributed import (
     EpochSampler,
     ShardSampler,

@@ -60,15 +60,17 @@ from dynaforge.config import (
     save_config,
 )
 from dynaforge.models.hopfield import HopfieldNet, build_energy_model, hopfield_state_gradient
-from dynaforge.runs import RunError, RunFolder, holds_run, training_differences
-from dynaforge.train.capture import StepGraph
-from dynaforge.train.checkpoint import (
+from dynaforge.runs import (
     CHECKPOINT_VERSION,
+    RunError,
+    RunFolder,
+    holds_run,
     load_checkpoint,
-    restore_rng_state,
-    rng_state,
     save_checkpoint,
+    training_differences,
 )
+from dynaforge.train.capture import StepGraph
+from dynaforge.train.checkpoint import restore_rng_state, rng_state
 from dynaforge.train.log import MetricsLog, WandbLogger, WindowMeter, environment
 from dynaforge.train.optim import build_optimizer, step_unless
 from dynaforge.train.schedule import build_scheduler, schedule_intervals

@@ -11,7 +11,7 @@ float64 when given float64) whatever the input dtype.
 Sources:
 - PDEBench (Takamoto et al., NeurIPS 2022 Datasets and Benchmarks, Sec. 4 "metrics" and App. D), function
   `metric_func` in `pdebench/models/metrics.py`: RMSE, nRMSE, cRMSE, bRMSE, max error, and the Fourier-band
-  RMSE (in `dynaforge.evaluate.spectral`).
+  RMSE (in `dynaforge.metrics.spectra`).
 - The Well (Ohana et al., NeurIPS 2024 Datasets and Benchmarks, Sec. 4), classes `VRMSE` / `NRMSE` in
   `the_well/benchmark/metrics/spatial.py`: VRMSE.
 """

@@ -23,7 +23,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from dynaforge.evaluate.metrics import EPS, check_same_shape, root, space_axes, widen
+from dynaforge.metrics.fields import EPS, check_same_shape, root, space_axes, widen
 
 WELL_TIME_INTERVALS = 5
 """The Well trainer's default `num_time_intervals`."""

@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from dynaforge.evaluate.metrics import WELL_EPS, check_same_shape, root, space_axes, widen
+from dynaforge.metrics.fields import WELL_EPS, check_same_shape, root, space_axes, widen
 
 PDEBENCH_BANDS = (4, 12)
 """PDEBench's defaults `iLow`, `iHigh`: shells [0, 4) are low, [4, 12) mid, [12, end) high."""
@@ -184,3 +184,19 @@ def energy_spectrum(
     shell = torch.from_numpy(np.rint(np.sqrt(sum(g**2 for g in grids))).astype(np.int64).ravel())
     modes = torch.fft.fftn(wide, dim=axes) / math.prod(sizes)
     return 0.5 * sum_over_shells(power(modes), shell, shells, len(axes))
+
+
+SPECTRUM_RANGE = 1e-6
+"""Shells whose true energy is below this fraction of the peak are left out of the spectrum error."""
+
+
+def spectrum_distance(
+    e_pred: Float[Tensor, " shells"], e_true: Float[Tensor, " shells"], spectrum_range: float = SPECTRUM_RANGE
+) -> float:
+    """Mean |log10 e_pred - log10 e_true| over shells k >= 1 whose true energy exceeds `spectrum_range`
+    times the peak (the energetic shells: the dissipation range's round-off does not count)."""
+    keep = e_true > spectrum_range * e_true.max()
+    keep[0] = False
+    if not bool(keep.any()):
+        return math.nan
+    return float((torch.log10(e_pred[keep] + 1e-30) - torch.log10(e_true[keep])).abs().mean())

@@ -24,8 +24,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from dynaforge.evaluate.metrics import EPS, check_same_shape, space_axes, widen
-from dynaforge.evaluate.spectral import energy_spectrum
+from dynaforge.metrics.fields import EPS, check_same_shape, space_axes, widen
+from dynaforge.metrics.spectra import energy_spectrum
 
 CONSERVED: dict[str, tuple[str, ...]] = {
     "heat": ("mass",),

@@ -12,7 +12,6 @@ Everything here works in normalised units (the stages' units); callers denormali
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -27,7 +26,7 @@ from dynaforge.models.base import ModelInput
 from dynaforge.models.flow import sample
 from dynaforge.models.latent import Conditions, LatentOperator
 from dynaforge.models.registry import model_from_checkpoint
-from dynaforge.train.checkpoint import load_checkpoint
+from dynaforge.runs import load_checkpoint
 
 
 def operator_step(model: nn.Module, frames: Tensor, conditions: Conditions | None) -> Tensor:
@@ -202,37 +201,6 @@ def ensemble_rollout(
     ]
     stacked = torch.stack(runs)
     return Ensemble(members=stacked, mean=stacked.mean(dim=0), spread=stacked.std(dim=0))
-
-
-def energy_score(
-    samples: Float[Tensor, "members batch *rest"], truth: Float[Tensor, " batch *rest"]
-) -> Float[Tensor, " batch"]:
-    """The energy score (a proper scoring rule; lower is better) with RMS distances:
-    mean_i d(X_i, y) - 1/2 mean_{i != j} d(X_i, X_j). It rewards the right spread, not just the mean."""
-    members = samples.shape[0]
-    if members < 2:
-        raise ValueError("the energy score needs at least 2 samples")
-
-    def rms(x: Tensor) -> Tensor:
-        return x.float().square().flatten(1).mean(dim=1).sqrt()
-
-    skill = torch.stack([rms(s - truth) for s in samples]).mean(dim=0)
-    pairs = [rms(samples[i] - samples[j]) for i in range(members) for j in range(i + 1, members)]
-    return skill - 0.5 * torch.stack(pairs).mean(dim=0)
-
-
-def spread_error_correlation(
-    spread: Float[Tensor, "batch frames channels *space"],
-    mean: Float[Tensor, "batch frames channels *space"],
-    truth: Float[Tensor, "batch frames channels *space"],
-) -> float:
-    """Pearson correlation, over every (sample, frame), of the ensemble's RMS spread and the RMS error of
-    its mean: near 1 when the spread tells where the rollout is wrong."""
-    spread_rms = spread.float().square().flatten(2).mean(dim=-1).sqrt().flatten()
-    error_rms = (mean - truth).float().square().flatten(2).mean(dim=-1).sqrt().flatten()
-    a, b = spread_rms - spread_rms.mean(), error_rms - error_rms.mean()
-    denominator = math.sqrt(float(a.square().sum()) * float(b.square().sum()))
-    return float((a * b).sum()) / denominator if denominator > 0 else math.nan
 
 
 class LatentStack(NamedTuple):
