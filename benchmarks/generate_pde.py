@@ -50,7 +50,7 @@ import torch
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import load_config
 from dynaforge.systems import build_system
-from dynaforge.systems.spectral import SpectralSystem, dealias_mask
+from dynaforge.systems.pde.spectral import SpectralSystem, dealias_mask
 from machine import load_note
 
 RESULTS = Path(__file__).resolve().parent / "results" / "generate_pde.json"

@@ -59,8 +59,11 @@ from dynaforge.atomic import atomic_write_json
 from dynaforge.config import load_config
 from dynaforge.floating import flush_denormals
 from dynaforge.systems import build_system
-from dynaforge.systems import random_cnn as rc
-from dynaforge.systems.features import feature_names, trajectory_features
+from dynaforge.systems.random_cnn.features import feature_names, trajectory_features
+from dynaforge.systems.random_cnn.grouped import OperatorBatch, generate_operators
+from dynaforge.systems.random_cnn.operator import ACTIVATIONS, Architecture, architecture_of
+from dynaforge.systems.random_cnn.reference import RandomCNN, reference_rollout
+from dynaforge.systems.random_cnn.system import RandomCNNSystem
 from machine import load_note
 
 RESULTS = Path(__file__).parent / "results" / "generate_random_cnn.json"
@@ -80,7 +83,7 @@ HORIZON = 8
 """Steps over which trajectories are compared value by value (chaotic operators diverge later)."""
 
 
-def conv_flops(arch: rc.Architecture, cells: int, realizations: int) -> int:
+def conv_flops(arch: Architecture, cells: int, realizations: int) -> int:
     """Multiply-add FLOPs (x2) of one step of one operator over its realizations."""
     k2 = arch.kernel_size**2
     flops = arch.channels * arch.widths[0] * k2
@@ -112,7 +115,7 @@ def measure_bf16_conv_peak(repeats: int) -> tuple[float, float]:
 
 
 def convolutions_only_seconds(
-    batch: rc.OperatorBatch, channels: int, resolution: int, m: int, steps: int
+    batch: OperatorBatch, channels: int, resolution: int, m: int, steps: int
 ) -> float:
     """CPU seconds the bf16 channels-last convolutions of these operators alone take for `steps` steps
     (bias-free, on random inputs of the right shapes, best of 3): what generation would cost if the
@@ -120,7 +123,7 @@ def convolutions_only_seconds(
     total = 0.0
     with torch.inference_mode():
         for op, layers in zip(batch.ops, batch.layers):
-            arch = rc.architecture_of(op, channels)
+            arch = architecture_of(op, channels)
             pad = 2 * (arch.kernel_size // 2)
             convs = []
             for i, layer in enumerate(layers):
@@ -142,7 +145,7 @@ def convolutions_only_seconds(
 
 
 def elementwise_floor_seconds(
-    batch: rc.OperatorBatch, channels: int, resolution: int, m: int, steps: int
+    batch: OperatorBatch, channels: int, resolution: int, m: int, steps: int
 ) -> tuple[float, float]:
     """CPU seconds of the least elementwise work generation must do besides its convolutions, for `steps`
     steps of these operators (best of 3 each): (a copy pass, an activation pass).
@@ -170,14 +173,14 @@ def elementwise_floor_seconds(
 
     with torch.inference_mode(), torch._dynamo.config.patch(recompile_limit=256):
         for op in batch.ops:
-            arch = rc.architecture_of(op, channels)
+            arch = architecture_of(op, channels)
             for width in arch.widths:
                 key = (arch.activation, width)
                 if key not in timings:
                     y = torch.randn(m, width, resolution, resolution, dtype=torch.float32).to(torch.bfloat16)
                     y = y.contiguous(memory_format=torch.channels_last)
                     out = torch.empty_like(y)
-                    act = rc.ACTIVATIONS[arch.activation]
+                    act = ACTIVATIONS[arch.activation]
                     activate = torch.compile(
                         lambda v, act=act: act(v.to(torch.float32)).to(torch.bfloat16), dynamic=False
                     )
@@ -190,13 +193,13 @@ def elementwise_floor_seconds(
     return copy_total, act_total
 
 
-def baseline_rollouts(system: rc.RandomCNNSystem, batch: rc.OperatorBatch, steps: int) -> torch.Tensor:
+def baseline_rollouts(system: RandomCNNSystem, batch: OperatorBatch, steps: int) -> torch.Tensor:
     """The straightforward loop: one operator at a time, eager float32, realizations batched."""
     out = []
     with torch.inference_mode(), flush_denormals():
         for k, op in enumerate(batch.ops):
-            module = rc.RandomCNN(rc.architecture_of(op, system.channels), batch.layers[k])
-            out.append(rc.reference_rollout(module, op, batch.initial[k], batch.generators[k], steps))
+            module = RandomCNN(architecture_of(op, system.channels), batch.layers[k])
+            out.append(reference_rollout(module, op, batch.initial[k], batch.generators[k], steps))
     return torch.stack(out)
 
 
@@ -231,19 +234,19 @@ def run(args: argparse.Namespace) -> list[dict]:
         *(FEW_ARCHITECTURES if args.space == "few-architectures" else []),
     ]
 
-    def system_for(*extra: str) -> rc.RandomCNNSystem:
+    def system_for(*extra: str) -> RandomCNNSystem:
         system = build_system(load_config(None, [*overrides, *extra]).system)
-        assert isinstance(system, rc.RandomCNNSystem)
+        assert isinstance(system, RandomCNNSystem)
         return system
 
     engines = {name: system_for(f"system.engine={name}") for name in args.engines}
     reference = engines[args.engines[0]]
     n, m, cpu = args.operators, args.realizations, torch.device("cpu")
 
-    def batch() -> rc.OperatorBatch:  # fresh noise generators each time: every run sees the same noise
+    def batch() -> OperatorBatch:  # fresh noise generators each time: every run sees the same noise
         return reference.build_operators("train", 0, n, args.seed)[0]
 
-    archs = [rc.architecture_of(op, args.channels) for op in batch().ops]
+    archs = [architecture_of(op, args.channels) for op in batch().ops]
     census = Counter(archs)
     cells = args.resolution**2
     flops = sum(conv_flops(a, cells, m) for a in archs) * args.steps
@@ -264,9 +267,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     for name in engines:
         warm = system_for(f"system.engine={name}", "system.steps=1")
         _, first_call[name], _ = timed(
-            lambda w=warm: rc.generate_operators(
-                w.build_operators("train", 0, n, args.seed)[0], w.config, cpu
-            )
+            lambda w=warm: generate_operators(w.build_operators("train", 0, n, args.seed)[0], w.config, cpu)
         )
         print(f"first call ({name}, all {len(census)} architectures, 1 step): {first_call[name]:.1f} s")
     hits, misses = (a - b for a, b in zip(inductor_cache_counts(), (hits, misses)))
@@ -276,7 +277,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         "baseline": lambda: baseline_rollouts(reference, batch(), args.steps)
     }
     for name, system in engines.items():
-        contenders[name] = lambda s=system: rc.generate_operators(batch(), s.config, cpu)
+        contenders[name] = lambda s=system: generate_operators(batch(), s.config, cpu)
     walls: dict[str, list[float]] = {name: [] for name in contenders}
     cpus: dict[str, list[float]] = {name: [] for name in contenders}
     outputs: dict[str, torch.Tensor] = {}
@@ -297,7 +298,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
     # Equivalence: float32 engine = definition; bf16 close to it over a short horizon; same statistics.
     horizon = min(args.steps, HORIZON)
-    exact = rc.generate_operators(
+    exact = generate_operators(
         system_for(
             f"system.engine={args.engines[0]}", "system.precision=float32", f"system.steps={horizon}"
         ).build_operators("train", 0, n, args.seed)[0],
@@ -391,9 +392,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             )  # fmt: skip
 
             def go() -> torch.Tensor:
-                return rc.generate_operators(
-                    grid.build_operators("train", 0, k, args.seed)[0], grid.config, cpu
-                )
+                return generate_operators(grid.build_operators("train", 0, k, args.seed)[0], grid.config, cpu)
 
             timed(go)
             return min(timed(go)[2] for _ in range(2)) / (k * args.project_steps)  # CPU time

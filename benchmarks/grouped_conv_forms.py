@@ -63,7 +63,7 @@ import torch.nn.functional as F
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import load_config
 from dynaforge.systems import build_system
-from dynaforge.systems import random_cnn as rc
+from dynaforge.systems.random_cnn.system import RandomCNNSystem
 from machine import load_note
 
 RESULTS = Path(__file__).parent / "results" / "grouped_conv_forms.json"
@@ -79,7 +79,7 @@ def workload_shapes(operators: int, seed: int) -> Counter[Shape]:
     """The conv shapes of generate_random_cnn.py's default workload, counted over its operators' layers."""
     overrides = ["system.name=random_cnn", "system.channels=3", "system.resolution=64"]
     system = build_system(load_config(None, overrides).system)
-    assert isinstance(system, rc.RandomCNNSystem)
+    assert isinstance(system, RandomCNNSystem)
     batch = system.build_operators("train", 0, operators, seed)[0]
     shapes: Counter[Shape] = Counter()
     for layers in batch.layers:

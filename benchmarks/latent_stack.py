@@ -85,6 +85,7 @@ from dynaforge.config import Config, load_config, save_config
 from dynaforge.data.windows import fields_to_channels_first
 from dynaforge.evaluate.rollout import predict_physical
 from dynaforge.evaluate.stack_report import long_horizon_spectrum_error, steady_prior_score
+from dynaforge.generate import generate
 from dynaforge.metrics.ensemble import spread_error_correlation
 from dynaforge.metrics.fields import nrmse_per_frame
 from dynaforge.models.flow import FlowInput, FlowOutput
@@ -99,7 +100,7 @@ from dynaforge.models.latent_stack import (
 )
 from dynaforge.models.registry import model_from_checkpoint
 from dynaforge.runs import load_checkpoint
-from dynaforge.store import DatasetFolder, generate
+from dynaforge.store import DatasetFolder
 from dynaforge.train.losses import mse_loss
 from dynaforge.train.stages import (
     CorrectorTask,

@@ -11,7 +11,7 @@ convergence order (flagged in the record's notes).
 The comparison is at equal accuracy: each controller has one knob, tuned per test system so that its own
 max |dE/E| over the whole run meets the same target, and the force evaluations of those runs are compared.
 All controllers use kick-drift-kick leapfrog and the time-symmetric step recursion (see
-`dynaforge.systems.nbody_control`); force evaluations = steps + 1. The learned controller is trained (or
+`dynaforge.systems.nbody.control`); force evaluations = steps + 1. The learned controller is trained (or
 loaded with --model) with configs/nbody_controller_orbit.yaml: whole Kepler orbits with e drawn in
 [0.3, 0.995], the network reading only the closest pair's orbit, the scale-free cost log(N) + log(max
 error) / 2 differentiated through the integrator, the mean learned log-correction pinned at zero (only
@@ -48,16 +48,9 @@ import torch
 
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import load_config
-from dynaforge.systems.nbody import BodyParams, BodyState, composition_step, gravity, make_params
-from dynaforge.systems.nbody_control import (
-    ClassicalStep,
-    FixedStep,
-    Integrator,
-    LearnedStep,
-    StepController,
-    load_learned_controller,
-)
-from dynaforge.systems.nbody_initial import (
+from dynaforge.models.step_controller import LearnedStep, load_learned_controller
+from dynaforge.systems.nbody.control import ClassicalStep, FixedStep, Integrator, StepController
+from dynaforge.systems.nbody.initial import (
     FIGURE_EIGHT_PERIOD,
     InitialBodies,
     figure_eight,
@@ -65,7 +58,8 @@ from dynaforge.systems.nbody_initial import (
     plummer_sphere,
     random_cluster,
 )
-from dynaforge.systems.nbody_schemes import LEAPFROG
+from dynaforge.systems.nbody.physics import BodyParams, BodyState, composition_step, gravity, make_params
+from dynaforge.systems.nbody.schemes import LEAPFROG
 from machine import load_note
 
 ROOT = Path(__file__).resolve().parent

@@ -101,9 +101,10 @@ from torch.utils.data import DataLoader, Dataset
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import Config, ConfigError, DataConfig, load_config
 from dynaforge.data import Normalizer, WindowDataset, make_loader
+from dynaforge.generate import generate
 from dynaforge.metrics.fields import relative_l2_per_frame
 from dynaforge.models import ModelInput, ModelShape, build_model
-from dynaforge.store import DatasetFolder, generate
+from dynaforge.store import DatasetFolder
 from dynaforge.train import Trainer
 from machine import load_note
 

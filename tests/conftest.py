@@ -54,7 +54,7 @@ def one_thread() -> Iterator[None]:
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The dataset of configs/tiny.yaml (8 train, 4 val, 4 test trajectories of 11 frames on 64 points)."""
     from dynaforge.config import load_config
-    from dynaforge.store import generate
+    from dynaforge.generate import generate
 
     root = tmp_path_factory.mktemp("tiny-data") / "data"
     generate(load_config(CONFIGS / "tiny.yaml"), root, progress=False)

@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING if args.quiet or worker else logging.INFO, format="%(levelname)s %(message)s"
     )
-    from dynaforge.runs import RunError
+    from dynaforge.errors import RunError
 
     expected: tuple[type[Exception], ...] = (ConfigError, RunError, FileNotFoundError)
     if args.verb != "rollout":  # `rollout` runs without PyTorch, which dynaforge.store imports
@@ -328,7 +328,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from dynaforge.store import generate
+    from dynaforge.generate import generate
 
     config = load_config(args.config, args.overrides)
     manifest = generate(
@@ -418,9 +418,9 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from dynaforge.generate.verify import dumps, verify_dataset
     from dynaforge.machine import machine_summary
     from dynaforge.store import DatasetFolder
-    from dynaforge.store.verify import dumps, verify_dataset
 
     samples = parse_sample_count(args.samples)
     DatasetFolder(args.path)  # a clear error for a missing or incomplete folder before any output
@@ -456,7 +456,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def parse_sample_count(text: str | None) -> int | None:
     """--samples: a positive count per split, or 'all' (None)."""
-    from dynaforge.store.verify import DEFAULT_SAMPLES
+    from dynaforge.generate.verify import DEFAULT_SAMPLES
 
     if text is None:
         return DEFAULT_SAMPLES

@@ -59,7 +59,7 @@ class Range:
 class InitialConfig:
     """Initial conditions. Each sample picks a family by weight, draws a field, then normalises it.
 
-    Families (1D and up; the last four are in `dynaforge.systems.initial`):
+    Families (1D and up; the last four are in `dynaforge.systems.pde.initial`):
     - `fourier`: sum over wavenumbers m = 1..max_wavenumber of a_m sin(2 pi m x / L + phi_m) per axis,
       a_m ~ U(-1, 1), phi_m ~ U(0, 2 pi).
     - `grf`: a Gaussian random field with squared-exponential covariance exp(-r^2 / (2 l^2)),
@@ -115,7 +115,7 @@ class InitialConfig:
 
 @dataclass
 class SystemConfig:
-    """A periodic PDE on [0, L)^d solved pseudo-spectrally (see `dynaforge.systems.spectral`)."""
+    """A periodic PDE on [0, L)^d solved pseudo-spectrally (see `dynaforge.systems.pde.spectral`)."""
 
     name: str = "burgers"
     """Which system: one of `dynaforge.systems.SYSTEMS`."""
@@ -424,7 +424,7 @@ class RandomCNNConfig(SystemConfig):
 
 @dataclass
 class NBodyInitialConfig:
-    """Initial conditions of an N-body system, one family per config (`dynaforge.systems.nbody_initial`).
+    """Initial conditions of an N-body system, one family per config (`dynaforge.systems.nbody.initial`).
 
     - `kepler`: two bodies on a Kepler orbit of semi-major axis a and eccentricity e in the xy plane, centre
       of mass at rest at the origin, pericentre on the +x axis, starting at mean anomaly `mean_anomaly`
@@ -464,7 +464,7 @@ class NBodyInitialConfig:
 
 @dataclass
 class StepControlConfig:
-    """How each system's step size is chosen (`dynaforge.systems.nbody_control`).
+    """How each system's step size is chosen (`dynaforge.systems.nbody.control`).
 
     - `fixed`: h = `system.dt`.
     - `adaptive` (classical): h = eta * min_i tau_i, tau_i = min(min_j s_ij / |v_j - v_i|, sqrt(min_j s_ij / |a_i|)),
@@ -1097,7 +1097,7 @@ class EvaluateConfig:
 
 @dataclass
 class ControllerNetConfig:
-    """The controller network (`dynaforge.models.dt_predictor`): features in, log step out."""
+    """The controller network (`dynaforge.models.step_controller`): features in, log step out."""
 
     hidden: int = 64
     """Width of the hidden layers."""
@@ -1109,7 +1109,7 @@ class ControllerNetConfig:
     correction: float = 2.0
     """Bound c of the learned log-multiplier on the classical step: h stays within exp(+-c) of eta0 tau."""
     inputs: list[str] | None = None
-    """Names of the features the network reads (`dynaforge.systems.nbody_control.FEATURE_NAMES`); null: all.
+    """Names of the features the network reads (`dynaforge.systems.nbody.control.FEATURE_NAMES`); null: all.
     The classical time scale is added to the output whatever the network reads."""
 
     def __post_init__(self) -> None:

@@ -14,9 +14,10 @@ import logging
 from pathlib import Path
 
 from dynaforge.config import Config, config_differences, config_to_dict, load_config, save_config
+from dynaforge.errors import RunError
 from dynaforge.evaluate import evaluate, evaluation_is_current
-from dynaforge.runs import RunError, holds_run, load_checkpoint, run_folder, training_differences
-from dynaforge.store import generate
+from dynaforge.generate import generate
+from dynaforge.runs import holds_run, load_checkpoint, run_folder, training_differences
 from dynaforge.store.format import MANIFEST
 from dynaforge.store.writer import identity_of
 from dynaforge.train import train

@@ -85,10 +85,6 @@ def run_folder(path: str | Path) -> RunFolder:
     return RunFolder(Path(path))
 
 
-class RunError(RuntimeError):
-    """A run folder that cannot be used as asked; the message says why and what to do."""
-
-
 def holds_run(path: str | Path) -> bool:
     """True when `path` already holds (part of) a training run."""
     run = run_folder(path)

@@ -31,10 +31,11 @@ from dynaforge.export.onnx_export import (
     verify,
 )
 from dynaforge.export.onnx_rollout import rollout_onnx
+from dynaforge.generate import generate
 from dynaforge.metrics.fields import nrmse_per_frame
 from dynaforge.models import MODELS, ModelInput, ModelShape, build_model, model_from_checkpoint
 from dynaforge.runs import CHECKPOINT_VERSION, save_checkpoint
-from dynaforge.store import DatasetFolder, generate
+from dynaforge.store import DatasetFolder
 from dynaforge.train import train
 from dynaforge.train.nbody_controller import train_controller
 from tests.conftest import CONFIGS

@@ -10,9 +10,9 @@ import numpy as np
 from dynaforge.cli import main
 from dynaforge.config import load_config
 from dynaforge.seeds import sample_rng, sample_seed
-from dynaforge.store.reader import DatasetFolder
+from dynaforge.store.reader import DatasetFolder, load_initial_from_store
 from dynaforge.systems import build_system
-from dynaforge.systems.nbody_initial import load_initial_from_store, orbital_elements
+from dynaforge.systems.nbody.initial import orbital_elements
 
 TINY = str(Path(__file__).resolve().parents[2] / "configs" / "nbody_tiny.yaml")
 

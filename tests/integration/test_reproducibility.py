@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from dynaforge.config import Config, load_config
+from dynaforge.generate import generate
 from dynaforge.seeds import SPLITS
-from dynaforge.store import generate
 
 from ..conftest import CONFIGS
 

@@ -30,7 +30,7 @@ FAST = [
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
 
-    from dynaforge.store import generate
+    from dynaforge.generate import generate
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -37,7 +37,7 @@ MODEL_OF_STAGE = {
 
 @pytest.fixture(scope="module")
 def stack_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from dynaforge.store import generate
+    from dynaforge.generate import generate
 
     root = tmp_path_factory.mktemp("stack-data") / "data"
     generate(load_config(CONFIGS / "tiny-latent.yaml"), root, progress=False)
@@ -83,7 +83,7 @@ def test_stages_chain_record_status_and_skip_when_done(
 
 
 def test_rerun_with_another_config_is_refused(stack_data: Path, tmp_path: Path, one_thread: None) -> None:
-    from dynaforge.runs import RunError
+    from dynaforge.errors import RunError
 
     config = load_config(CONFIGS / "tiny-latent.yaml", FAST)
     run_stages(config, stack_data, tmp_path / "run", stage="operator", progress=False)

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from dynaforge.config import Config, load_config
+from dynaforge.generate import generate
 from dynaforge.seeds import SPLITS, sample_seed
-from dynaforge.store import DatasetError, DatasetFolder, generate, validate_dataset
+from dynaforge.store import DatasetError, DatasetFolder, validate_dataset
 
 from ..conftest import CONFIGS, run_cli
 
@@ -98,7 +99,7 @@ def test_workers_split_the_shards_and_together_make_the_same_dataset(tmp_path: P
 
 
 def test_worker_slot_is_read_from_torchrun_and_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dynaforge.store.writer import worker_slot
+    from dynaforge.generate.stage import worker_slot
 
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "3")

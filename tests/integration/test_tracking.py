@@ -16,7 +16,8 @@ import yaml
 
 from dynaforge.cli import main
 from dynaforge.config import load_config
-from dynaforge.runs import RunError, load_checkpoint
+from dynaforge.errors import RunError
+from dynaforge.runs import load_checkpoint
 from dynaforge.train import train
 from dynaforge.train.log import ARTIFACT_FILE, start_from_artifact
 from tests.conftest import CONFIGS

@@ -16,8 +16,9 @@ from torch.overrides import TorchFunctionMode
 
 from dynaforge.cli import main
 from dynaforge.config import load_config
+from dynaforge.errors import RunError
 from dynaforge.models import model_from_checkpoint
-from dynaforge.runs import RunError, load_checkpoint
+from dynaforge.runs import load_checkpoint
 from dynaforge.train import Trainer, train
 from dynaforge.train.log import read_metrics
 from dynaforge.train.trainer import TrainingDiverged

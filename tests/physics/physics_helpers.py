@@ -6,7 +6,7 @@ import torch
 
 from dynaforge.config import load_config
 from dynaforge.systems import build_system
-from dynaforge.systems.spectral import SpectralSystem
+from dynaforge.systems.pde.spectral import SpectralSystem
 
 
 def system_from_overrides(name: str, **fields: object) -> SpectralSystem:

@@ -12,7 +12,7 @@ import pytest
 import torch
 from physics_helpers import grid, parameter_table, system_from_overrides
 
-from dynaforge.systems.spectral import Nonlinear, SpectralSystem, dealias_mask, product_grid_size
+from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem, dealias_mask, product_grid_size
 
 LENGTH = 3.0
 

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from dynaforge.systems.etdrk import etd_coefficients, phi_functions
+from dynaforge.systems.pde.etdrk import etd_coefficients, phi_functions
 
 EPS = torch.finfo(torch.float64).eps
 

@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from dynaforge.systems.nbody import (
+from dynaforge.systems.nbody.control import ClassicalStep, Integrator
+from dynaforge.systems.nbody.initial import (
+    FIGURE_EIGHT_PERIOD,
+    figure_eight,
+    pair_potential,
+    plummer_sphere,
+    random_cluster,
+    virial,
+)
+from dynaforge.systems.nbody.physics import (
     BodyState,
     drift_scales,
     fixed_step_rollout,
@@ -16,15 +25,6 @@ from dynaforge.systems.nbody import (
     invariants,
     make_params,
     relative_drifts,
-)
-from dynaforge.systems.nbody_control import ClassicalStep, Integrator
-from dynaforge.systems.nbody_initial import (
-    FIGURE_EIGHT_PERIOD,
-    figure_eight,
-    pair_potential,
-    plummer_sphere,
-    random_cluster,
-    virial,
 )
 
 

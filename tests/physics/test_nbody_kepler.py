@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from dynaforge.systems.nbody import BodyState, fixed_step_rollout, make_params, orbital_period
-from dynaforge.systems.nbody_control import ClassicalStep, FixedStep, Integrator
-from dynaforge.systems.nbody_initial import kepler_analytic, kepler_orbit, orbital_elements
+from dynaforge.systems.nbody.control import ClassicalStep, FixedStep, Integrator
+from dynaforge.systems.nbody.initial import kepler_analytic, kepler_orbit, orbital_elements
+from dynaforge.systems.nbody.physics import BodyState, fixed_step_rollout, make_params, orbital_period
 
 
 @pytest.fixture(autouse=True)
@@ -143,8 +143,8 @@ def test_reversible_step_recursion_keeps_the_energy_error_bounded() -> None:
 def test_leapfrog_energy_error_is_the_modified_energy_term() -> None:
     # Leapfrog at fixed h conserves H + h^2 H2 to O(h^4), so E_n - E_0 = -h^2 (H2(y_n) - H2(y_0)) up to
     # O(h^4): the controller's `log_error_timescale` feature rests on this (coefficients 1/12 and -1/24).
-    from dynaforge.systems.nbody import energy, gravity
-    from dynaforge.systems.nbody_control import leapfrog_error_term
+    from dynaforge.systems.nbody.control import leapfrog_error_term
+    from dynaforge.systems.nbody.physics import energy, gravity
 
     state, params = kepler_batch(1.0, 0.8, 0.6, 0.4, phase=2.0)
     h = 0.004

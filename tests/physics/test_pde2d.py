@@ -17,7 +17,7 @@ import torch
 
 from dynaforge.config import load_config
 from dynaforge.systems import build_system
-from dynaforge.systems.spectral import SpectralSystem
+from dynaforge.systems.pde.spectral import SpectralSystem
 
 
 @pytest.fixture(autouse=True)

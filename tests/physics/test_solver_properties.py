@@ -10,7 +10,7 @@ from physics_helpers import system_from_overrides
 
 from dynaforge.config import load_config
 from dynaforge.systems import build_system
-from dynaforge.systems.spectral import SpectralSystem
+from dynaforge.systems.pde.spectral import SpectralSystem
 
 SETTINGS = {
     "burgers": {

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from dynaforge.floating import denormals_flushed, flush_denormals
-from dynaforge.store import generate
-from dynaforge.systems.spectral import SpectralSystem
+from dynaforge.generate import generate
+from dynaforge.systems.pde.spectral import SpectralSystem
 
 from ..conftest import CONFIGS
 

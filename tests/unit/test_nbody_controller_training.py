@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dynaforge.config import ConfigError, load_config
-from dynaforge.systems.nbody_control import load_learned_controller
+from dynaforge.models.step_controller import load_learned_controller
 from dynaforge.train.log import read_metrics
 from dynaforge.train.nbody_controller import train_controller
 

@@ -11,20 +11,18 @@ import pytest
 import torch
 
 from dynaforge.config import ConfigError, load_config
-from dynaforge.models.dt_predictor import StepControllerNet
-from dynaforge.runs import RunError
-from dynaforge.systems.nbody import BodyState, make_params
-from dynaforge.systems.nbody_control import (
+from dynaforge.errors import RunError
+from dynaforge.models.step_controller import LearnedStep, StepControllerNet, load_learned_controller
+from dynaforge.systems.nbody.control import (
     CLASSICAL_FEATURE,
     FEATURE_NAMES,
     ClassicalStep,
     FixedStep,
     Integrator,
-    LearnedStep,
     StepController,
-    load_learned_controller,
 )
-from dynaforge.systems.nbody_initial import kepler_orbit
+from dynaforge.systems.nbody.initial import kepler_orbit
+from dynaforge.systems.nbody.physics import BodyState, make_params
 from dynaforge.train.log import read_metrics
 from dynaforge.train.nbody_controller import RunLoss, Trainer, run_loss, train_controller
 

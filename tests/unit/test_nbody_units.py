@@ -11,17 +11,21 @@ import pytest
 import torch
 
 from dynaforge.config import ConfigError, load_config
-from dynaforge.models.dt_predictor import StepControllerInput, StepControllerNet, build_step_controller_net
+from dynaforge.models.step_controller import (
+    LearnedStep,
+    StepControllerInput,
+    StepControllerNet,
+    build_step_controller_net,
+)
 from dynaforge.systems import build_system
-from dynaforge.systems.nbody import BodyState, gravity, make_params
-from dynaforge.systems.nbody_control import (
+from dynaforge.systems.nbody.control import (
     CLASSICAL_FEATURE,
     FEATURE_NAMES,
-    LearnedStep,
     controller_features,
     system_scales,
 )
-from dynaforge.systems.nbody_initial import kepler_orbit, load_initial_npy, random_cluster, save_initial_npy
+from dynaforge.systems.nbody.initial import kepler_orbit, load_initial_npy, random_cluster, save_initial_npy
+from dynaforge.systems.nbody.physics import BodyState, gravity, make_params
 from dynaforge.train.nbody_controller import feature_indices
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -53,9 +57,9 @@ def test_config_errors_name_the_fix() -> None:
     with pytest.raises(ConfigError, match=r"Did you mean 'system\.softening'"):
         load_config(None, ["system.name=nbody", "system.softenning=0.1"])
     with pytest.raises(ConfigError, match=r"system\.control\.model=RUN"):
-        from dynaforge.systems.nbody_control import build_controller
+        from dynaforge.models.step_controller import controller_for
 
-        build_controller(
+        controller_for(
             load_config(None, ["system.name=nbody", "system.control.kind=learned"]).system.control, 0.1
         )
 

@@ -10,12 +10,30 @@ import pytest
 import torch
 
 from dynaforge.config import ParameterSpec, load_config
+from dynaforge.generate import generate
 from dynaforge.seeds import sample_seed
-from dynaforge.store import DatasetFolder, generate, validate_dataset
+from dynaforge.store import DatasetFolder, validate_dataset
 from dynaforge.systems import build_system
-from dynaforge.systems import random_cnn as rc
-from dynaforge.systems.features import feature_names, trajectory_features
-from dynaforge.systems.sampling import centred_discrepancy, map_coordinate, sobol_points
+from dynaforge.systems.random_cnn import grouped as grouped_module
+from dynaforge.systems.random_cnn.features import feature_names, trajectory_features
+from dynaforge.systems.random_cnn.grouped import (
+    GroupedOperators,
+    build_group,
+    generate_operators,
+    grouped_rollout,
+    operators_grouped,
+)
+from dynaforge.systems.random_cnn.operator import (
+    OperatorParams,
+    architecture_of,
+    noise_generator,
+    operator_weights,
+    periodic_pad,
+    update_coefficients,
+)
+from dynaforge.systems.random_cnn.reference import RandomCNN, reference_rollout
+from dynaforge.systems.random_cnn.sampling import centred_discrepancy, map_coordinate, sobol_points
+from dynaforge.systems.random_cnn.system import RandomCNNSystem
 from dynaforge.threads import run_pieces
 
 SMALL = [
@@ -28,9 +46,9 @@ SMALL = [
 ]
 
 
-def small_system(*overrides: str) -> rc.RandomCNNSystem:
+def small_system(*overrides: str) -> RandomCNNSystem:
     system = build_system(load_config(None, [*SMALL, *overrides]).system)
-    assert isinstance(system, rc.RandomCNNSystem)
+    assert isinstance(system, RandomCNNSystem)
     return system
 
 
@@ -65,21 +83,17 @@ def test_an_operator_is_rebuilt_exactly_from_its_stored_parameters_and_seeds(pre
     """Generate 4 operators together, then rebuild operator 2 alone from its row: same trajectory, bit for bit."""
     system = small_system(f"system.precision={precision}")
     m = system.config.realizations
-    rows = system.generate_rows("val", 3 * m, 7 * m, base_seed=11, device=torch.device("cpu"))
+    rows = system.sample_rows("val", 3 * m, 7 * m, base_seed=11, device=torch.device("cpu"))
     row = 2 * m + 1  # operator 5 of the split, realization 1
-    op = rc.OperatorParams.from_values(system.config.space, rows.params[row, :-1])
+    op = OperatorParams.from_values(system.config.space, rows.params[row, :-1])
     operator, realization = int(rows.extras["operator"][row]), int(rows.extras["realization"][row])
     assert (operator, realization) == (5, 1)
     seed = int(rows.extras["operator_seed"][row])
-    arch = rc.architecture_of(op, system.channels)
+    arch = architecture_of(op, system.channels)
     field, _ = system.initial_field(np.random.default_rng(seed))
-    generators = [
-        rc.noise_generator(sample_seed(11, "val", r)) for r in range(operator * m, (operator + 1) * m)
-    ]
-    group = rc.build_group(arch, [op], [rc.operator_weights(arch, op.weight_gain, seed)], system.config)
-    frames = rc.grouped_rollout(
-        group, torch.from_numpy(field).float()[None], [generators], system.config.steps
-    )
+    generators = [noise_generator(sample_seed(11, "val", r)) for r in range(operator * m, (operator + 1) * m)]
+    group = build_group(arch, [op], [operator_weights(arch, op.weight_gain, seed)], system.config)
+    frames = grouped_rollout(group, torch.from_numpy(field).float()[None], [generators], system.config.steps)
     rebuilt = torch.movedim(frames[0, realization], 1, -1).numpy()
     np.testing.assert_array_equal(rebuilt, rows.fields[row])
 
@@ -89,15 +103,15 @@ def test_grouped_float32_matches_the_straightforward_loop(engine: str) -> None:
     system = small_system("system.precision=float32", f"system.engine={engine}")
     batch, *_ = system.build_operators("train", 0, 6, base_seed=2)
     states = [[g.get_state() for g in gens] for gens in batch.generators]
-    fast = rc.generate_operators(batch, system.config, torch.device("cpu"))
+    fast = generate_operators(batch, system.config, torch.device("cpu"))
     for k, op in enumerate(batch.ops):
         for g, state in zip(batch.generators[k], states[k]):
             g.set_state(state)
-        module = rc.RandomCNN(rc.architecture_of(op, system.channels), batch.layers[k])
-        slow = rc.reference_rollout(module, op, batch.initial[k], batch.generators[k], system.config.steps)
+        module = RandomCNN(architecture_of(op, system.channels), batch.layers[k])
+        slow = reference_rollout(module, op, batch.initial[k], batch.generators[k], system.config.steps)
         for g, state in zip(batch.generators[k], states[k]):
             g.set_state(state)
-        exact = rc.reference_rollout(
+        exact = reference_rollout(
             module.double(),
             op,
             batch.initial[k],
@@ -118,8 +132,8 @@ def test_grouped_float32_matches_the_straightforward_loop(engine: str) -> None:
 def test_bfloat16_agrees_with_float32_over_one_step_to_bfloat16_precision() -> None:
     bf16 = small_system("system.steps=1")
     fp32 = small_system("system.steps=1", "system.precision=float32")
-    fast = rc.generate_operators(bf16.build_operators("train", 0, 8, 0)[0], bf16.config, torch.device("cpu"))
-    exact = rc.generate_operators(fp32.build_operators("train", 0, 8, 0)[0], fp32.config, torch.device("cpu"))
+    fast = generate_operators(bf16.build_operators("train", 0, 8, 0)[0], bf16.config, torch.device("cpu"))
+    exact = generate_operators(fp32.build_operators("train", 0, 8, 0)[0], fp32.config, torch.device("cpu"))
     relative = (fast[:, :, 1] - exact[:, :, 1]).abs().amax(dim=(2, 3, 4)) / exact[:, :, 1].abs().amax(
         dim=(2, 3, 4)
     )
@@ -132,23 +146,21 @@ def test_out_of_memory_backs_off_and_gives_the_same_trajectories(monkeypatch: py
     system = small_system(
         "system.space.stem_width.choices={'16': 1.0}", "system.space.kernel_size.choices={'3': 1.0}"
     )
-    expected = rc.operators_grouped(
+    expected = operators_grouped(
         system.build_operators("train", 0, 6, 0)[0], system.config, torch.device("cpu")
     )
-    real = rc.grouped_rollout
+    real = grouped_rollout
     calls = []
 
-    def flaky(group: rc.GroupedOperators, *args, **kwargs):
+    def flaky(group: GroupedOperators, *args, **kwargs):
         calls.append(group.k)
         if group.k > 1:
             real(group, *args, **kwargs)  # consume noise before failing, as a real OOM midway would
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 GB")
         return real(group, *args, **kwargs)
 
-    monkeypatch.setattr(rc, "grouped_rollout", flaky)
-    got = rc.operators_grouped(
-        system.build_operators("train", 0, 6, 0)[0], system.config, torch.device("cpu")
-    )
+    monkeypatch.setattr(grouped_module, "grouped_rollout", flaky)
+    got = operators_grouped(system.build_operators("train", 0, 6, 0)[0], system.config, torch.device("cpu"))
     assert any(k > 1 for k in calls) and 1 in calls
     torch.testing.assert_close(got, expected, atol=0, rtol=0)
 
@@ -222,12 +234,12 @@ COMPILE_WARNING = "ignore:`torch.jit.script_method` is deprecated:DeprecationWar
 
 
 def test_wrap_by_index_is_periodic_padding() -> None:
-    from dynaforge.systems.random_cnn_fused import wrap_by_index
+    from dynaforge.systems.random_cnn.fused import wrap_by_index
 
     h = torch.randn(2, 3, 7, 5, dtype=torch.float32)
     for k in (1, 3, 5):
-        torch.testing.assert_close(wrap_by_index(h, k), rc.periodic_pad(h, k), atol=0, rtol=0)
-    assert torch.equal(rc.periodic_pad(h, 3)[:, :, 0, 1:-1], h[:, :, -1])  # the row above row 0 is the last
+        torch.testing.assert_close(wrap_by_index(h, k), periodic_pad(h, k), atol=0, rtol=0)
+    assert torch.equal(periodic_pad(h, 3)[:, :, 0, 1:-1], h[:, :, -1])  # the row above row 0 is the last
 
 
 @pytest.mark.filterwarnings(COMPILE_WARNING)
@@ -236,15 +248,15 @@ def test_compiled_fused_engine_rebuilds_exactly_and_agrees_with_eager_execution(
     definition in float32 (test_grouped_float32_matches_the_straightforward_loop)."""
     compiled = small_system(*ONE_ARCHITECTURE, "system.compile=true")
     m = compiled.config.realizations
-    rows = compiled.generate_rows("train", 0, 4 * m, base_seed=5, device=torch.device("cpu"))
+    rows = compiled.sample_rows("train", 0, 4 * m, base_seed=5, device=torch.device("cpu"))
     # Operator 2 alone through the same compiled graph (one intra-op thread, as generation runs it): bit for
     # bit what the batch of 4 produced.
     batch, *_ = compiled.build_operators("train", 2, 3, base_seed=5)
-    arch = rc.architecture_of(batch.ops[0], compiled.channels)
+    arch = architecture_of(batch.ops[0], compiled.channels)
 
     def rollout_alone(_: None) -> torch.Tensor:
-        group = rc.build_group(arch, batch.ops, batch.layers, compiled.config)
-        return rc.grouped_rollout(group, batch.initial, batch.generators, compiled.config.steps)
+        group = build_group(arch, batch.ops, batch.layers, compiled.config)
+        return grouped_rollout(group, batch.initial, batch.generators, compiled.config.steps)
 
     (alone,) = run_pieces(rollout_alone, [None])
     np.testing.assert_array_equal(torch.movedim(alone[0], 2, -1).numpy(), rows.fields[2 * m : 3 * m])
@@ -252,7 +264,7 @@ def test_compiled_fused_engine_rebuilds_exactly_and_agrees_with_eager_execution(
     fields = torch.from_numpy(rows.fields[:, 1]).movedim(-1, 1).reshape(4, m, 3, 16, 16)
     for precision in ("bfloat16", "float32"):
         eager = small_system(*ONE_ARCHITECTURE, "system.steps=1", f"system.precision={precision}")
-        one = rc.generate_operators(
+        one = generate_operators(
             eager.build_operators("train", 0, 4, 5)[0], eager.config, torch.device("cpu")
         )
         relative = (fields - one[:, :, 1]).abs().amax() / one[:, :, 1].abs().amax()
@@ -260,10 +272,10 @@ def test_compiled_fused_engine_rebuilds_exactly_and_agrees_with_eager_execution(
 
 
 def test_update_coefficients_follow_each_policy() -> None:
-    base = rc.OperatorParams(2, 16, 32, 3, "conv", "group", "relu", 1.0, 0.01, "autoregressive", 0.2, 0.7)
+    base = OperatorParams(2, 16, 32, 3, "conv", "group", "relu", 1.0, 0.01, "autoregressive", 0.2, 0.7)
     ops = [base, base._replace(policy="residual"), base._replace(policy="convex")]
     expected = torch.tensor([[0.0, 1.0, 0.01], [1.0, 0.2, 0.002], [0.7, 0.3, 0.003]], dtype=torch.float32)
-    torch.testing.assert_close(rc.update_coefficients(ops), expected)
+    torch.testing.assert_close(update_coefficients(ops), expected)
 
 
 @pytest.mark.parametrize("engine", ["fused", "grouped"])
@@ -271,19 +283,19 @@ def test_rollout_into_caller_buffers_equals_rollout_into_its_own(engine: str) ->
     """The trajectories written frame by frame into `out` are bit for bit those of the returned buffer."""
     system = small_system(f"system.engine={engine}", "system.space.kernel_size.choices={'3': 1.0}")
     batch, *_ = system.build_operators("train", 0, 2, base_seed=4)
-    arch = rc.architecture_of(batch.ops[0], system.channels)
-    keep = [i for i, op in enumerate(batch.ops) if rc.architecture_of(op, system.channels) == arch]
+    arch = architecture_of(batch.ops[0], system.channels)
+    keep = [i for i, op in enumerate(batch.ops) if architecture_of(op, system.channels) == arch]
     states = [[g.get_state() for g in batch.generators[i]] for i in keep]
-    group = rc.build_group(arch, [batch.ops[i] for i in keep], [batch.layers[i] for i in keep], system.config)
-    own = rc.grouped_rollout(group, batch.initial[keep], [batch.generators[i] for i in keep], 4, save_every=2)
+    group = build_group(arch, [batch.ops[i] for i in keep], [batch.layers[i] for i in keep], system.config)
+    own = grouped_rollout(group, batch.initial[keep], [batch.generators[i] for i in keep], 4, save_every=2)
     for i, row in zip(keep, states):
         for g, state in zip(batch.generators[i], row):
             g.set_state(state)
     out = torch.full((len(keep), system.config.realizations, 3, 3, 16, 16), float("nan"), dtype=torch.float32)
-    written = rc.grouped_rollout(
+    written = grouped_rollout(
         group, batch.initial[keep], [batch.generators[i] for i in keep], 4, save_every=2, out=list(out)
     )
     assert torch.equal(torch.stack(list(written)), out)  # the views of `out`, filled
     torch.testing.assert_close(out, own, atol=0, rtol=0)
     with pytest.raises(ValueError, match="out must hold"):
-        rc.grouped_rollout(group, batch.initial[keep], [batch.generators[i] for i in keep], 4, out=list(out))
+        grouped_rollout(group, batch.initial[keep], [batch.generators[i] for i in keep], 4, out=list(out))

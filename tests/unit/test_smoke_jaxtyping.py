@@ -7,7 +7,7 @@ import torch
 
 from dynaforge.config import load_config
 from dynaforge.systems import build_system
-from dynaforge.systems.spectral import dealias_mask, wavenumbers
+from dynaforge.systems.pde.spectral import dealias_mask, wavenumbers
 
 
 def test_wavenumbers_shape_and_values() -> None:

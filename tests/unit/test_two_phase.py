@@ -15,8 +15,9 @@ import torch
 from torch import Tensor
 
 from dynaforge.config import Config, ConfigError, load_config
+from dynaforge.errors import RunError
 from dynaforge.models.hopfield import HopfieldNet
-from dynaforge.runs import RunError, load_checkpoint
+from dynaforge.runs import load_checkpoint
 from dynaforge.train.log import read_metrics
 from dynaforge.train.two_phase import (
     CompiledRelax,

@@ -35,6 +35,7 @@ from dynaforge.config import (
     resolve_device,
 )
 from dynaforge.data import Normalizer
+from dynaforge.errors import RunError
 from dynaforge.evaluate.plots import (
     error_vs_step_png,
     metric_curves_png,
@@ -56,7 +57,7 @@ from dynaforge.evaluate.suite import METRICS as METRICS_INFO
 from dynaforge.evaluate.suite import PANELS, MetricSettings, score_predictions, score_rollouts
 from dynaforge.models import ModelShape, model_from_checkpoint
 from dynaforge.models.latent_stack import LatentStack, load_stack
-from dynaforge.runs import RunError, RunFolder, load_checkpoint, run_folder
+from dynaforge.runs import RunFolder, load_checkpoint, run_folder
 from dynaforge.store import DatasetFolder, SplitArrays
 from dynaforge.store.format import AXIS_NAMES, file_sha256
 from dynaforge.threads import on_one_thread

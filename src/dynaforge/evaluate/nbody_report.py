@@ -30,9 +30,11 @@ from matplotlib.figure import Figure
 
 from dynaforge.atomic import atomic_path, atomic_write_json
 from dynaforge.config import Config, ConfigError, config_to_dict
+from dynaforge.models.step_controller import controller_for
 from dynaforge.seeds import sample_rng, sample_seed
-from dynaforge.systems.nbody import NBody, channels_to_state, invariants, relative_drifts
-from dynaforge.systems.nbody_control import Integrator, RunState, StepInfo, build_controller
+from dynaforge.systems.nbody.control import Integrator, RunState, StepInfo
+from dynaforge.systems.nbody.physics import invariants, relative_drifts
+from dynaforge.systems.nbody.system import NBody, channels_to_state
 
 MAX_RECORDS = 20_000
 """Recorded points per run; beyond it the recording keeps every second point (the stride doubles)."""
@@ -107,7 +109,7 @@ def simulate(
     params = nbody.params_from_rows(rows.to(device))
     state = channels_to_state(initial.to(device=device, dtype=nbody.dtype))
     control = config.system.control
-    controller = build_controller(control, config.system.dt, str(device))
+    controller = controller_for(control, config.system.dt, str(device))
     reversible = control.reversible and control.kind != "fixed"
     integrator = Integrator(params, controller, nbody.scheme, reversible, control.dt_max)
     t_end = config.system.dt * config.system.steps

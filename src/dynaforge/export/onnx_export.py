@@ -41,14 +41,15 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.atomic import atomic_path
+from dynaforge.errors import RunError
 from dynaforge.models import ModelInput, ModelOutput, ModelShape, model_from_checkpoint
-from dynaforge.models.dt_predictor import (
+from dynaforge.models.flow import FlowInput, FlowOutput
+from dynaforge.models.step_controller import (
     StepControllerInput,
     StepControllerNet,
     build_step_controller_net,
 )
-from dynaforge.models.flow import FlowInput, FlowOutput
-from dynaforge.runs import RunError, load_checkpoint, run_folder
+from dynaforge.runs import load_checkpoint, run_folder
 
 log = logging.getLogger(__name__)
 
@@ -350,8 +351,8 @@ def controller_exportable(state: dict[str, Any]) -> Exportable:
 
 def controller_training_features(state: dict[str, Any]) -> Tensor:
     """Controller features (float64) of the start states of the first training group in the checkpoint."""
-    from dynaforge.systems.nbody import BodyState, gravity, make_params
-    from dynaforge.systems.nbody_control import controller_features, system_scales
+    from dynaforge.systems.nbody.control import controller_features, system_scales
+    from dynaforge.systems.nbody.physics import BodyState, gravity, make_params
 
     systems = state["training_systems"]
     group = sorted({key.split("/")[0] for key in systems})[0]

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import h5py
 import numpy as np
 
-from dynaforge.runs import RunError
+from dynaforge.errors import RunError
 
 EPS = 1e-12
 """Floor of a true frame's norm in the nRMSE denominator (as in dynaforge.metrics.fields)."""

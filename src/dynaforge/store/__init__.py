@@ -1,7 +1,8 @@
-"""The dataset format: writer (sharded, atomic, resumable), reader, validator."""
+"""The dataset format: spec and errors (format.py), writer (sharded, atomic, resumable), reader, validator,
+and the readers of PDEBench and The Well files (interop)."""
 
-from dynaforge.store.reader import DatasetFolder, SplitArrays
+from dynaforge.store.format import DatasetError, SplitArrays
+from dynaforge.store.reader import DatasetFolder
 from dynaforge.store.validate import validate_dataset
-from dynaforge.store.writer import DatasetError, generate
 
-__all__ = ["DatasetError", "DatasetFolder", "SplitArrays", "generate", "validate_dataset"]
+__all__ = ["DatasetError", "DatasetFolder", "SplitArrays", "validate_dataset"]

@@ -24,10 +24,17 @@ import numpy as np
 import dynaforge
 from dynaforge.atomic import atomic_path, atomic_write_json, remove_stale_temporaries
 from dynaforge.seeds import SPLITS
-from dynaforge.store.format import AXIS_NAMES, FORMAT_VERSION, MANIFEST, ShardSpec, file_sha256, plan_shards
+from dynaforge.store.format import (
+    AXIS_NAMES,
+    FORMAT_VERSION,
+    MANIFEST,
+    DatasetError,
+    ShardSpec,
+    file_sha256,
+    plan_shards,
+)
 from dynaforge.store.interop import DEFAULT_FRACTIONS, ForeignDataset
 from dynaforge.store.stats import ChannelMoments
-from dynaforge.store.writer import DatasetError
 
 log = logging.getLogger(__name__)
 

@@ -78,3 +78,18 @@ def file_sha256(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
         while chunk := handle.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class DatasetError(RuntimeError):
+    """A dataset folder that cannot be used or extended as asked; the message says why and what to do."""
+
+
+class SplitArrays(NamedTuple):
+    """All samples of one split, in global index order."""
+
+    fields: np.ndarray  # (N, T, *space, C) float32, channels last
+    params: np.ndarray  # (N, P) float64
+    param_names: tuple[str, ...]
+    seeds: np.ndarray  # (N,) uint64
+    time: np.ndarray  # (T,) float64
+    coords: dict[str, np.ndarray]  # axis name -> (N, n)

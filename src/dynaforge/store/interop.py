@@ -27,12 +27,10 @@ import numpy as np
 import dynaforge
 from dynaforge.seeds import SPLITS
 from dynaforge.store.foreign import ForeignFormat, ForeignLayout
-from dynaforge.store.format import FORMAT_VERSION
+from dynaforge.store.format import FORMAT_VERSION, DatasetError, SplitArrays
 from dynaforge.store.pdebench import PDEBENCH
-from dynaforge.store.reader import SplitArrays
 from dynaforge.store.stats import ChannelMoments
 from dynaforge.store.the_well import THE_WELL
-from dynaforge.store.writer import DatasetError
 
 FORMATS: dict[str, ForeignFormat] = {"pdebench": PDEBENCH, "the_well": THE_WELL}
 DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)

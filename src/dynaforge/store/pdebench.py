@@ -27,8 +27,7 @@ import h5py
 import numpy as np
 
 from dynaforge.store.foreign import ForeignFormat, ForeignLayout
-from dynaforge.store.format import AXIS_NAMES
-from dynaforge.store.writer import DatasetError
+from dynaforge.store.format import AXIS_NAMES, DatasetError
 
 CFD_FIELDS = ("density", "pressure", "Vx", "Vy", "Vz")
 """The compressible-flow fields, in the channel order of PDEBench's loader."""

@@ -4,29 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 import h5py
 import numpy as np
 
 from dynaforge.config import Config, ConfigError, load_config
 from dynaforge.seeds import SPLITS
-from dynaforge.store.format import AXIS_NAMES, CONFIG, FORMAT_VERSION, MANIFEST
-from dynaforge.store.writer import DatasetError
-
-if TYPE_CHECKING:
-    from dynaforge.store.interop import ForeignDataset
-
-
-class SplitArrays(NamedTuple):
-    """All samples of one split, in global index order."""
-
-    fields: np.ndarray  # (N, T, *space, C) float32, channels last
-    params: np.ndarray  # (N, P) float64
-    param_names: tuple[str, ...]
-    seeds: np.ndarray  # (N,) uint64
-    time: np.ndarray  # (T,) float64
-    coords: dict[str, np.ndarray]  # axis name -> (N, n)
+from dynaforge.store.format import AXIS_NAMES, CONFIG, FORMAT_VERSION, MANIFEST, DatasetError, SplitArrays
+from dynaforge.store.interop import ForeignDataset
 
 
 class DatasetFolder:
@@ -41,8 +27,6 @@ class DatasetFolder:
         self.root = Path(root)
         self.foreign: ForeignDataset | None = None
         if self.root.is_file():
-            from dynaforge.store.interop import ForeignDataset  # interop builds on this module
-
             self.foreign = ForeignDataset(self.root)
             self.manifest = self.foreign.manifest
             return
@@ -152,3 +136,16 @@ def read_manifest(root: Path) -> dict[str, Any]:
             f"{path} has format version {version}; this dynaforge reads version {FORMAT_VERSION}"
         )
     return manifest
+
+
+def load_initial_from_store(
+    folder: str | Path, split: str = "test", frame: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
+    """Positions and velocities (N, bodies, 3), params (N, P) and parameter names of one frame of an
+    N-body dataset folder (the initial conditions with frame 0; the store keeps float32 states)."""
+    dataset = DatasetFolder(folder)
+    if dataset.system != "nbody":
+        raise ValueError(f"{folder} holds a {dataset.system!r} dataset, not an N-body one")
+    arrays = dataset.read_split(split)
+    states = arrays.fields[:, frame].astype(np.float64)  # (N, bodies, 6)
+    return states[..., :3], states[..., 3:], arrays.params, arrays.param_names

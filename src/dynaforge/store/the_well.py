@@ -31,8 +31,7 @@ import h5py
 import numpy as np
 
 from dynaforge.store.foreign import ForeignFormat, ForeignLayout, decode, string_list
-from dynaforge.store.format import AXIS_NAMES
-from dynaforge.store.writer import DatasetError
+from dynaforge.store.format import AXIS_NAMES, DatasetError
 
 FIELD_GROUPS = ("t0_fields", "t1_fields", "t2_fields")
 

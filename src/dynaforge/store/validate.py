@@ -9,9 +9,8 @@ import h5py
 import numpy as np
 
 from dynaforge.seeds import SPLITS
-from dynaforge.store.format import AXIS_NAMES, CONFIG, file_sha256
+from dynaforge.store.format import AXIS_NAMES, CONFIG, DatasetError, file_sha256
 from dynaforge.store.reader import read_manifest
-from dynaforge.store.writer import DatasetError
 
 REQUIRED = ("fields", "params", "param_names", "seeds", "index", "time")
 REQUIRED_ATTRS = ("format_version", "dynaforge_version", "system", "split", "config")

@@ -1,21 +1,21 @@
-"""Ground-truth simulators, one per file, all batched on a device."""
+"""Ground-truth simulators, all batched on a device, in families: pde/ (periodic PDEs on one spectral core),
+random_cnn/ (random neural operators), nbody/ (gravitational N-body). Each keeps the `System` contract of
+base.py; `build_system` picks one by name."""
 
 from __future__ import annotations
 
 from dynaforge.config import NBodyConfig, SystemConfig
-from dynaforge.systems.advection import Advection
-from dynaforge.systems.burgers import Burgers
-from dynaforge.systems.gray_scott import GrayScott
-from dynaforge.systems.heat import Heat
-from dynaforge.systems.ks import KuramotoSivashinsky
-from dynaforge.systems.ks2d import KuramotoSivashinsky2D
-from dynaforge.systems.navier_stokes import NavierStokes2D
-from dynaforge.systems.nbody import NBody
-from dynaforge.systems.random_cnn import RandomCNNSystem
-from dynaforge.systems.spectral import SpectralSystem
-
-System = SpectralSystem | RandomCNNSystem | NBody
-"""Any simulator `build_system` returns (the store writer takes each)."""
+from dynaforge.systems.base import System
+from dynaforge.systems.nbody.system import NBody
+from dynaforge.systems.pde.advection import Advection
+from dynaforge.systems.pde.burgers import Burgers
+from dynaforge.systems.pde.gray_scott import GrayScott
+from dynaforge.systems.pde.heat import Heat
+from dynaforge.systems.pde.ks import KuramotoSivashinsky
+from dynaforge.systems.pde.ks2d import KuramotoSivashinsky2D
+from dynaforge.systems.pde.navier_stokes import NavierStokes2D
+from dynaforge.systems.pde.spectral import SpectralSystem
+from dynaforge.systems.random_cnn.system import RandomCNNSystem
 
 SYSTEMS: dict[str, type[SpectralSystem] | type[RandomCNNSystem] | type[NBody]] = {
     "heat": Heat,

@@ -27,7 +27,7 @@ from torch import Tensor
 import dynaforge
 from dynaforge.atomic import atomic_write_bytes, atomic_write_text
 from dynaforge.config import WandbConfig
-from dynaforge.runs import RunError
+from dynaforge.errors import RunError
 
 
 class MetricsLog:

@@ -44,21 +44,25 @@ from dynaforge.config import (
     resolve_device,
     save_config,
 )
-from dynaforge.models.dt_predictor import StepControllerInput, StepControllerNet, build_step_controller_net
+from dynaforge.models.step_controller import (
+    LearnedStep,
+    StepControllerInput,
+    StepControllerNet,
+    build_step_controller_net,
+)
 from dynaforge.runs import CHECKPOINT_VERSION, RunFolder, load_checkpoint, save_checkpoint
-from dynaforge.systems.nbody import BodyParams, BodyState, make_params
-from dynaforge.systems.nbody_control import (
+from dynaforge.systems.nbody.control import (
     CLASSICAL_FEATURE,
     FEATURE_NAMES,
     TINY,
     ClassicalStep,
     Integrator,
-    LearnedStep,
     RunState,
     classical_timescale,
     pair_view,
 )
-from dynaforge.systems.nbody_initial import kepler_relative_state, random_cluster
+from dynaforge.systems.nbody.initial import kepler_relative_state, random_cluster
+from dynaforge.systems.nbody.physics import BodyParams, BodyState, make_params
 from dynaforge.train.checkpoint import restore_rng_state, rng_state
 from dynaforge.train.log import MetricsLog, WandbLogger, environment
 from dynaforge.train.optim import build_optimizer

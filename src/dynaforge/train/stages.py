@@ -60,6 +60,7 @@ from dynaforge.data.conditioned import (
 )
 from dynaforge.data.normalize import Normalizer
 from dynaforge.data.windows import WindowDataset
+from dynaforge.errors import RunError
 from dynaforge.metrics.ensemble import energy_score
 from dynaforge.metrics.fields import nrmse_per_sample
 from dynaforge.metrics.spectra import energy_spectrum, spectrum_distance
@@ -67,9 +68,9 @@ from dynaforge.models.flow import FlowInput, flow_velocity, integrate_flow, samp
 from dynaforge.models.latent import Conditions
 from dynaforge.models.latent_stack import Corrector, conditioned_rollout
 from dynaforge.models.registry import model_from_checkpoint
-from dynaforge.runs import RunError, load_checkpoint, run_folder, training_differences
+from dynaforge.runs import load_checkpoint, run_folder, training_differences
 from dynaforge.store import DatasetFolder
-from dynaforge.store.reader import SplitArrays
+from dynaforge.store.format import SplitArrays
 from dynaforge.train.losses import mse_loss
 from dynaforge.train.trainer import Trainer, TrainSummary
 

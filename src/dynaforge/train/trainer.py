@@ -59,10 +59,10 @@ from dynaforge.config import (
     save_config,
 )
 from dynaforge.data import Normalizer, Window, WindowDataset, make_loader
+from dynaforge.errors import RunError
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout, build_model
 from dynaforge.runs import (
     CHECKPOINT_VERSION,
-    RunError,
     holds_run,
     load_checkpoint,
     run_folder,

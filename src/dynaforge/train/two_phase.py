@@ -59,10 +59,10 @@ from dynaforge.config import (
     resolve_device,
     save_config,
 )
+from dynaforge.errors import RunError
 from dynaforge.models.hopfield import HopfieldNet, build_energy_model, hopfield_state_gradient
 from dynaforge.runs import (
     CHECKPOINT_VERSION,
-    RunError,
     RunFolder,
     holds_run,
     load_checkpoint,

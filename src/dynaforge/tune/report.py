@@ -9,16 +9,14 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from dynaforge.atomic import atomic_write_json, atomic_write_text
 from dynaforge.config import Config
-
-if TYPE_CHECKING:
-    from dynaforge.tune.study import StudyFolder
+from dynaforge.tune.folder import StudyFolder, optuna_warnings_quiet
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +77,6 @@ def keep_best_run(folder: StudyFolder, trial: FrozenTrial) -> None:
 def draw_plots(study: optuna.Study, out: Path, config: Config) -> dict[str, str]:
     """PNG plots (one set per objective); a plot that cannot be drawn yet is noted instead."""
     from optuna.visualization import matplotlib as vis
-
-    from dynaforge.tune.study import optuna_warnings_quiet
 
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, str] = {}

@@ -22,7 +22,6 @@ import fcntl
 import logging
 import os
 import socket
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +33,9 @@ from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
 from dynaforge.config import Config, ConfigError, config_differences, config_to_dict, load_config, save_config
-from dynaforge.runs import RunError
+from dynaforge.errors import RunError
+from dynaforge.tune.folder import StudyFolder, optuna_warnings_quiet
+from dynaforge.tune.report import write_outputs
 from dynaforge.tune.space import DATA_SECTIONS, check_space, config_with_values, suggest
 from dynaforge.tune.trials import (
     check_objectives,
@@ -49,33 +50,6 @@ log = logging.getLogger(__name__)
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 """Trial states that count towards `--trials`."""
-
-
-class StudyFolder(NamedTuple):
-    root: Path
-
-    @property
-    def database(self) -> Path:
-        return self.root / "study.db"
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def best(self) -> Path:
-        return self.root / "best"
-
-    @property
-    def plots(self) -> Path:
-        return self.root / "plots"
-
-    def trial(self, number: int) -> Path:
-        return self.root / "trials" / f"{number:04d}"
 
 
 class StudyResult(NamedTuple):
@@ -122,8 +96,6 @@ def run_study(
             )
     else:
         log.info("study %s already holds %d finished trials", study_name, finished)
-    from dynaforge.tune.report import write_outputs
-
     summary = write_outputs(study, folder, config)
     return StudyResult(folder.root, study, summary)
 
@@ -158,8 +130,8 @@ def prepare_data(config: Config, folder: StudyFolder, data: str | Path | None, p
     """The dataset every PDE trial trains on: `data` when given, else STUDY/data (generated once)."""
     if data is not None:
         return Path(data).resolve()
+    from dynaforge.generate import generate
     from dynaforge.pipeline import dataset_is_complete
-    from dynaforge.store import generate
 
     if not dataset_is_complete(folder.data, config):
         generate(config, folder.data, progress=progress)
@@ -302,11 +274,3 @@ def config_for_trial(config: Config, study_name: str, number: int) -> Config:
             "train.wandb.name": wandb.name or f"{study_name}-trial-{number:04d}",
         },
     )
-
-
-@contextmanager
-def optuna_warnings_quiet() -> Iterator[None]:
-    """Optuna marks heartbeats, retries and the matplotlib plots as experimental; that is not news here."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        yield

@@ -5,8 +5,9 @@ Controllers map a system's state to a step proposal h(y) (per system):
 - `ClassicalStep`: h = eta * min_i tau_i, tau_i = min(min_j s_ij / |v_j - v_i|, sqrt(min_j s_ij / |a_i|)),
   s_ij = sqrt(|x_j - x_i|^2 + eps^2): the shortest fly-by and free-fall times over bodies (a_i includes
   the external pull; the current forces come free from the previous step).
-- `LearnedStep`: h = scale * T0 * exp(net(features)), a trained `StepControllerNet` reading the
-  permutation-invariant features of `controller_features` (optionally with their history).
+- a learned controller (`dynaforge.models.step_controller.LearnedStep`): h = scale * T0 * exp(net(features)),
+  a trained network reading the permutation-invariant features of `controller_features`. Simulators never
+  import it: a caller that loads one hands it to `NBody` or to `Integrator` (the `StepController` protocol).
 
 How a proposal becomes a step matters. Leapfrog and its compositions are symplectic only at fixed dt; a
 step that changes with the state breaks that, and dt_n = h(y_n) lets the energy error drift. With
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
@@ -33,8 +33,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import ConfigError, StepControlConfig
-from dynaforge.models.dt_predictor import StepControllerInput, StepControllerNet, build_step_controller_net
-from dynaforge.systems.nbody import (
+from dynaforge.systems.nbody.physics import (
     BodyParams,
     BodyState,
     DriftScales,
@@ -47,7 +46,7 @@ from dynaforge.systems.nbody import (
     kinetic_energy,
     pair_separations,
 )
-from dynaforge.systems.nbody_schemes import SCHEMES, Composition
+from dynaforge.systems.nbody.schemes import SCHEMES, Composition
 
 FEATURE_NAMES = (
     "log_classical_timescale",  # log(tau_classical / T0), the classical criterion's time scale
@@ -312,73 +311,15 @@ class ClassicalStep:
         return self.eta * tau, context
 
 
-class LearnedStep:
-    """h = scale * T0 * exp(net(features, history)); differentiable (training runs through it).
-
-    `scale` is a number or (batch,).
-    """
-
-    def __init__(self, net: StepControllerNet, scale: float | Tensor = 1.0) -> None:
-        self.net = net
-        self.scale = scale
-
-    def init(self, state: BodyState, current: Gravity, params: BodyParams) -> ControlContext:
-        scales = system_scales(state, params, current.potential)
-        history = None
-        if self.net.history:
-            shape = (state.positions.shape[0], self.net.history, len(FEATURE_NAMES))
-            history = torch.zeros(shape, dtype=state.positions.dtype, device=state.positions.device)
-        return ControlContext(scales, history)
-
-    def step_size(
-        self, state: BodyState, current: Gravity, params: BodyParams, context: ControlContext
-    ) -> tuple[Tensor, ControlContext]:
-        features = controller_features(state, current, params, context.scales)
-        output = self.net(StepControllerInput(features, context.history))
-        h = self.scale * context.scales.time * torch.exp(output.log_step)
-        history = context.history
-        if history is not None:
-            history = torch.cat([features.unsqueeze(1), history[:, :-1]], dim=1)
-        return h, ControlContext(context.scales, history, features)
-
-
-def load_learned_controller(path: str | Path, scale: float = 1.0, device: str = "cpu") -> LearnedStep:
-    """A trained controller from a run folder (checkpoints/best.pt, else last.pt) or a checkpoint file."""
-    path = Path(path)
-    if path.is_dir():
-        candidates = [path / "checkpoints" / "best.pt", path / "checkpoints" / "last.pt"]
-        found = [c for c in candidates if c.exists()]
-        if not found:
-            raise FileNotFoundError(
-                f"{path} holds no checkpoints/best.pt or last.pt; train one with `dynaforge nbody train CONFIG --out {path}`"
-            )
-        path = found[0]
-    if not path.exists():
-        raise FileNotFoundError(f"controller checkpoint {path} not found")
-    checkpoint = torch.load(path, map_location=device, weights_only=True)
-    if not isinstance(checkpoint, dict) or checkpoint.get("kind") != "nbody_step_controller":
-        raise ConfigError(f"{path} is not a step-controller checkpoint of `dynaforge nbody train`")
-    if tuple(checkpoint.get("feature_names", ())) != FEATURE_NAMES:
-        raise ConfigError(
-            f"{path} was trained on features {checkpoint.get('feature_names')}, this dynaforge computes "
-            f"{list(FEATURE_NAMES)}; retrain it with `dynaforge nbody train`"
-        )
-    net = build_step_controller_net(checkpoint["model_config"]).to(device)
-    net.load_state_dict(checkpoint["model"])
-    net.eval()
-    return LearnedStep(net, scale)
-
-
 def build_controller(config: StepControlConfig, dt: float, device: str = "cpu") -> StepController:
     if config.kind == "fixed":
         return FixedStep(dt)
     if config.kind == "adaptive":
         return ClassicalStep(config.eta)
-    if config.model is None:
-        raise ConfigError(
-            "system.control.kind=learned needs system.control.model=RUN (a run folder of `dynaforge nbody train`)"
-        )
-    return load_learned_controller(config.model, config.scale, device)
+    raise ConfigError(
+        "system.control.kind=learned: a learned controller is loaded by the caller "
+        "(`dynaforge.models.step_controller.controller_for`) and handed to the system"
+    )
 
 
 # --------------------------------------------------------------------------------------------------

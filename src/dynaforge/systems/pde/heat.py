@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from dynaforge.config import HeatConfig
-from dynaforge.systems.spectral import SpectralSystem
+from dynaforge.systems.pde.spectral import SpectralSystem
 
 
 class Heat(SpectralSystem):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from dynaforge.config import KSConfig
-from dynaforge.systems.spectral import Nonlinear, SpectralSystem, conservative_quadratic
+from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem, conservative_quadratic
 
 
 class KuramotoSivashinsky(SpectralSystem):

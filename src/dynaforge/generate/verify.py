@@ -21,11 +21,11 @@ import numpy as np
 import torch
 
 from dynaforge.config import ConfigError, resolve_device
+from dynaforge.generate.stage import system_for
 from dynaforge.machine import machine_record
-from dynaforge.store.format import sample_sha256
+from dynaforge.store.format import DatasetError, sample_sha256
 from dynaforge.store.reader import DatasetFolder
-from dynaforge.store.writer import DatasetError, GeneratedRows, generate_rows
-from dynaforge.systems import build_system
+from dynaforge.systems.base import SampleRows
 
 DEFAULT_SAMPLES = 3
 """Samples regenerated per split when `--samples` is not given."""
@@ -103,9 +103,9 @@ def verify_dataset(
         raise DatasetError(f"{error}; only datasets made by `dynaforge generate` can be verified") from None
     if tolerance is not None and tolerance < 0:
         raise DatasetError(f"--tolerance must be >= 0, got {tolerance}")
-    system = build_system(config.system)
     device = torch.device(resolve_device(config.dataset.device))
-    unit = getattr(config.system, "realizations", 1)  # random CNN rows come in whole operators
+    system = system_for(config, device)
+    unit = system.rows_per_unit  # random CNN rows come in whole operators
     rng = np.random.default_rng(seed)
     checks = []
     for split in ("train", "val", "test"):
@@ -114,7 +114,7 @@ def verify_dataset(
         if samples is not None:
             chosen = sorted(int(i) for i in rng.choice(size, min(samples, size), replace=False))
         for start, stop in unit_runs(chosen, unit, max(config.dataset.batch_size, unit)):
-            rows = generate_rows(system, config, split, start, stop, device)
+            rows = system.sample_rows(split, start, stop, config.dataset.seed, device)
             wanted = [i for i in chosen if start <= i < stop]
             for check in compare_rows(folder, split, start, rows, wanted, tolerance):
                 checks.append(check)
@@ -146,7 +146,7 @@ def compare_rows(
     folder: DatasetFolder,
     split: str,
     start: int,
-    rows: GeneratedRows,
+    rows: SampleRows,
     wanted: list[int],
     tolerance: float | None,
 ) -> Iterator[SampleCheck]:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from dynaforge.config import NavierStokesConfig
-from dynaforge.systems.spectral import Nonlinear, SpectralSystem
+from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem
 
 
 class NavierStokes2D(SpectralSystem):

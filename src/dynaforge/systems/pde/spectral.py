@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -28,9 +28,17 @@ from jaxtyping import Complex, Float, Inexact
 from torch import Tensor
 
 from dynaforge.config import InitialConfig, Range, SystemConfig
+from dynaforge.systems.base import (
+    InitialStates,
+    SampleRows,
+    Trajectories,
+    default_channel_names,
+    grid_coordinates,
+    rows_from_seeds,
+)
 from dynaforge.systems.batching import block_samples, pad_rows, rows_for_lanes, sample_blocks
-from dynaforge.systems.etdrk import ETDCoefficients, etd_coefficients
-from dynaforge.systems.initial import FAMILIES as INITIAL_FAMILIES
+from dynaforge.systems.pde.etdrk import ETDCoefficients, etd_coefficients
+from dynaforge.systems.pde.initial import FAMILIES as INITIAL_FAMILIES
 from dynaforge.threads import run_pieces, serialised
 
 Nonlinear = Callable[[Tensor], Tensor]
@@ -44,13 +52,6 @@ class SpectralOperators(NamedTuple):
 
     coefficients: ETDCoefficients
     nonlinear: Nonlinear | None
-
-
-class Rollout(NamedTuple):
-    """Saved frames of a batch of trajectories and the time of each frame."""
-
-    fields: Float[Tensor, "batch time channels *space"]
-    time: Float[Tensor, " time"]
 
 
 def wavenumbers(
@@ -150,7 +151,7 @@ class SpectralSystem:
         fields = [draw_initial_field(self.config.initial, self.shape, rng) for _ in range(self.channels)]
         return np.stack(fields)
 
-    def draw_samples(self, rngs: Sequence[np.random.Generator]) -> tuple[Tensor, Tensor]:
+    def draw_samples(self, rngs: Sequence[np.random.Generator]) -> InitialStates:
         """Parameters (batch, P) float64 and initial fields (batch, C, *space) for one generator each.
 
         Each sample draws from its own generator (parameters first, then the initial field), so a sample
@@ -162,7 +163,41 @@ class SpectralSystem:
             params.append(row)
             initial.append(self.draw_initial(rng, row))
         params_tensor = torch.from_numpy(np.stack(params)).to(torch.float64)
-        return params_tensor, torch.from_numpy(np.stack(initial))
+        return InitialStates(params_tensor, torch.from_numpy(np.stack(initial)))
+
+    # ---- what the store keeps -------------------------------------------------------------------
+
+    rows_per_unit: ClassVar[int] = 1
+
+    @property
+    def channel_names(self) -> tuple[str, ...]:
+        return default_channel_names(self.channels)
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return ("x", "y", "z")[: self.ndim]
+
+    def sample_rows(
+        self,
+        split: str,
+        start: int,
+        stop: int,
+        base_seed: int,
+        device: torch.device,
+        on_steps: Callable[[int], Any] | None = None,
+    ) -> SampleRows:
+        """Samples [start, stop) of `split`, each drawn from its own seed, rolled out together."""
+        return rows_from_seeds(
+            self.draw_samples, self.rollout, split, start, stop, base_seed, device, on_steps
+        )
+
+    def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
+        """The grid x_j = j L / n of every axis, per sample (L: the sample's `domain_length`)."""
+        lengths = params[:, list(self.parameter_names).index("domain_length")]
+        return grid_coordinates(self.shape, lengths)
+
+    def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
+        return {}
 
     # ---- stepping -------------------------------------------------------------------------------
 
@@ -256,7 +291,7 @@ class SpectralSystem:
         steps: int | None = None,
         save_every: int | None = None,
         on_step: Callable[[int], None] | None = None,
-    ) -> Rollout:
+    ) -> Trajectories:
         """Step the batch, a block of samples at a time; keep the initial frame and every `save_every`-th step.
 
         `on_step(samples)` is called after every step of a block with the number of samples it advanced
@@ -306,7 +341,7 @@ class SpectralSystem:
             for rows in blocks:
                 run_block(rows)
         time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
-        return Rollout(frames, time)
+        return Trajectories(frames, time)
 
 
 def select_rows(coefficients: ETDCoefficients, index: Tensor) -> ETDCoefficients:
@@ -387,7 +422,7 @@ def draw_initial_field(config: InitialConfig, shape: Sequence[int], rng: np.rand
         field = fourier_series_field(shape, config.max_wavenumber, rng)
     elif family == "grf":
         field = gaussian_random_field(shape, config.length_scale, rng)
-    elif family in INITIAL_FAMILIES:  # multiscale, blobs, stripes (systems/initial.py)
+    elif family in INITIAL_FAMILIES:  # multiscale, blobs, stripes (systems/pde/initial.py)
         field = INITIAL_FAMILIES[family](shape, config, rng)
     else:
         valid = ", ".join(["fourier", "grf", *INITIAL_FAMILIES])

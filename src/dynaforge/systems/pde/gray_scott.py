@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from dynaforge.config import GrayScottConfig
-from dynaforge.systems.spectral import Nonlinear, SpectralSystem, draw_initial_field
+from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem, draw_initial_field
 
 
 class GrayScott(SpectralSystem):

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from dynaforge.config import KS2DConfig
-from dynaforge.systems.spectral import Nonlinear, SpectralSystem
+from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem
 
 
 class KuramotoSivashinsky2D(SpectralSystem):

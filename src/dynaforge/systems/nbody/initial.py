@@ -14,7 +14,7 @@ import numpy as np
 
 from dynaforge.atomic import atomic_path
 from dynaforge.config import NBodyConfig
-from dynaforge.systems.spectral import draw_from_range
+from dynaforge.systems.pde.spectral import draw_from_range
 
 FIGURE_EIGHT_PERIOD = 6.32591398
 """Period of the figure-eight choreography with unit masses and G = 1 (Simó 2002)."""
@@ -258,18 +258,3 @@ def load_initial_npy(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarr
             f"{path}: expected an array (batch, bodies, 6 + P) written by save_initial_npy, got {array.shape}"
         )
     return array[..., :3].copy(), array[..., 3:6].copy(), array[:, 0, 6:].copy()
-
-
-def load_initial_from_store(
-    folder: str | Path, split: str = "test", frame: int = 0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
-    """Positions and velocities (N, bodies, 3), params (N, P) and parameter names of one frame of an
-    N-body dataset folder (the initial conditions with frame 0; the store keeps float32 states)."""
-    from dynaforge.store.reader import DatasetFolder
-
-    dataset = DatasetFolder(folder)
-    if dataset.system != "nbody":
-        raise ValueError(f"{folder} holds a {dataset.system!r} dataset, not an N-body one")
-    arrays = dataset.read_split(split)
-    states = arrays.fields[:, frame].astype(np.float64)  # (N, bodies, 6)
-    return states[..., :3], states[..., 3:], arrays.params, arrays.param_names

@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from dynaforge.config import AdvectionConfig
-from dynaforge.systems.spectral import SpectralSystem
+from dynaforge.systems.pde.spectral import SpectralSystem
 
 
 class Advection(SpectralSystem):

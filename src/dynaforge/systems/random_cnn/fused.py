@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from dynaforge.systems.random_cnn import (
+from dynaforge.systems.random_cnn.operator import (
     ACTIVATIONS,
     GROUP_CHANNELS,
     Architecture,

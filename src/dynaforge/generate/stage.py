@@ -1,0 +1,93 @@
+"""`dynaforge generate`: run a system over the samples of a config and hand its rows to the store's writer.
+
+Shards are dealt round-robin to workers (`worker_slot`: --shard-index/--num-shards, torchrun's RANK and
+WORLD_SIZE, or a SLURM array); each worker writes its own shards and the manifest is rebuilt under a lock,
+so workers on different machines make one dataset. A rerun resumes: complete shards are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from dynaforge.atomic import remove_stale_temporaries
+from dynaforge.config import Config, resolve_device
+from dynaforge.models.step_controller import controller_for
+from dynaforge.store.format import DatasetError, plan_shards
+from dynaforge.store.writer import prepare_folder, shard_is_complete, update_manifest, write_shard
+from dynaforge.systems import NBody, System, build_system
+
+log = logging.getLogger(__name__)
+
+
+def worker_slot(shard_index: int | None, num_shards: int | None) -> tuple[int, int]:
+    """This process's (index, count) among generators: explicit flags, else torchrun, else SLURM arrays."""
+    if shard_index is not None or num_shards is not None:
+        index, count = shard_index or 0, num_shards or 1
+    elif "WORLD_SIZE" in os.environ and "RANK" in os.environ:
+        index, count = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    elif "SLURM_ARRAY_TASK_ID" in os.environ and "SLURM_ARRAY_TASK_COUNT" in os.environ:
+        first = int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+        index, count = (
+            int(os.environ["SLURM_ARRAY_TASK_ID"]) - first,
+            int(os.environ["SLURM_ARRAY_TASK_COUNT"]),
+        )
+    else:
+        index, count = 0, 1
+    if count < 1 or not 0 <= index < count:
+        raise DatasetError(
+            f"shard index {index} is not in [0, {count}); pass --shard-index I --num-shards K with 0 <= I < K"
+        )
+    return index, count
+
+
+def system_for(config: Config, device: torch.device | str = "cpu") -> System:
+    """The system of `config.system`; an N-body system with learned step control gets its trained
+    controller here (`models.step_controller`), since simulators never load networks."""
+    system_config = config.system
+    if system_config.name == "nbody" and system_config.control.kind == "learned":
+        controller = controller_for(system_config.control, system_config.dt, str(device))
+        return NBody(system_config, controller)
+    return build_system(system_config)
+
+
+def generate(
+    config: Config,
+    out: str | Path,
+    shard_index: int | None = None,
+    num_shards: int | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Generate (or finish generating) the dataset of `config` in `out`; returns the manifest.
+
+    `progress=None` shows a progress bar only on a terminal.
+    """
+    root = Path(out)
+    index, count = worker_slot(shard_index, num_shards)
+    prepare_folder(root, config)
+    shards = plan_shards(config.dataset.split_sizes(), config.dataset.shard_size)
+    mine = [shard for g, shard in enumerate(shards) if g % count == index]
+    removed = [
+        path for shard in mine for path in remove_stale_temporaries(root / shard.split, Path(shard.file).name)
+    ]
+    if removed:
+        log.info("removed %d partial file(s) left by an interrupted run", len(removed))
+    todo = [shard for shard in mine if not shard_is_complete(root, shard)]
+    if len(todo) < len(mine):
+        log.info(
+            "resuming: %d of this worker's %d shards are already complete", len(mine) - len(todo), len(mine)
+        )
+    device = torch.device(resolve_device(config.dataset.device))
+    system = system_for(config, device)
+    if todo:
+        total = sum(shard.size for shard in todo) * config.system.steps
+        disabled = None if progress is None else not progress
+        with tqdm(total=total, unit="sample-step", unit_scale=True, disable=disabled, desc="generate") as bar:
+            for shard in todo:
+                write_shard(root, shard, config, system, device, on_steps=bar.update)
+    return update_manifest(root, config, system)

@@ -1,0 +1,120 @@
+"""The contract every ground-truth simulator keeps with the rest of dynaforge (`System`).
+
+A system names its arrays (parameters, channels, axes), draws each sample from the generator its seed
+gives, and turns samples [start, stop) of a split into the rows the store keeps (`sample_rows`); whatever
+the batch, the shard split or the thread count, a sample's rows are the same bytes
+(`systems/batching.py`). Results are NamedTuples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from dynaforge.seeds import sample_rng, sample_seed
+
+AXIS_NAMES = ("x", "y", "z")
+
+
+class SampleRows(NamedTuple):
+    """Samples [start, stop) of a split as the store keeps them."""
+
+    fields: np.ndarray
+    """(rows, T, *space, C) float32, channels last."""
+    params: np.ndarray
+    """(rows, P) float64, columns `parameter_names`."""
+    time: np.ndarray
+    """(T,) float64."""
+    extras: dict[str, np.ndarray]
+    """Per-sample arrays a system adds (random CNN: operator, realization, sobol, features, ...)."""
+
+
+class Trajectories(NamedTuple):
+    """Saved frames of a batch of samples and the time of each frame (what `rollout` returns)."""
+
+    fields: Float[Tensor, "batch time channels *space"]
+    time: Float[Tensor, " time"]
+
+
+class InitialStates(NamedTuple):
+    """What `draw_samples` returns: one parameter row and one initial state per sample."""
+
+    params: Float[Tensor, "batch n_params"]
+    """(batch, P) float64, columns `parameter_names`."""
+    initial: Float[Tensor, "batch channels *space"]
+    """(batch, C, *space) float64."""
+
+
+@runtime_checkable
+class System(Protocol):
+    """A batched simulator (see the module docstring)."""
+
+    name: str
+    channels: int
+    ndim: int
+    shape: tuple[int, ...]
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]: ...
+
+    @property
+    def channel_names(self) -> tuple[str, ...]: ...
+
+    @property
+    def axis_names(self) -> tuple[str, ...]: ...
+
+    rows_per_unit: int
+    """Samples that are generated together (random CNN: the realizations of one operator; else 1)."""
+
+    def sample_rows(
+        self,
+        split: str,
+        start: int,
+        stop: int,
+        base_seed: int,
+        device: torch.device,
+        on_steps: Callable[[int], Any] | None = None,
+    ) -> SampleRows: ...
+
+    def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]: ...
+
+    def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]: ...
+
+
+def default_channel_names(channels: int) -> tuple[str, ...]:
+    """u for one channel, u0, u1, ... for several."""
+    return tuple(f"u{c}" if channels > 1 else "u" for c in range(channels))
+
+
+def grid_coordinates(shape: Sequence[int], lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """x_j = j L / n per axis and sample, (N, n) under the axis's name (left end included, right excluded)."""
+    return {AXIS_NAMES[axis]: lengths[:, None] * (np.arange(n) / n)[None, :] for axis, n in enumerate(shape)}
+
+
+def channels_first_to_last(fields: Tensor) -> Tensor:
+    """(batch, time, channels, *space) -> (batch, time, *space, channels), the stored layout."""
+    return torch.movedim(fields, 2, -1)
+
+
+def rows_from_seeds(
+    draw: Callable[[Sequence[np.random.Generator]], InitialStates],
+    rollout: Callable[..., Trajectories],
+    split: str,
+    start: int,
+    stop: int,
+    base_seed: int,
+    device: torch.device,
+    on_steps: Callable[[int], Any] | None = None,
+) -> SampleRows:
+    """Rows [start, stop) of `split` for a system that draws each sample from its seed and rolls a batch out:
+    the drawing and the rollout of `SpectralSystem` and `NBody`."""
+    seeds = [sample_seed(base_seed, split, i) for i in range(start, stop)]
+    drawn = draw([sample_rng(seed) for seed in seeds])
+    result = rollout(drawn.initial.to(device), drawn.params.to(device), on_step=on_steps)
+    fields = channels_first_to_last(result.fields).cpu().numpy().astype(np.float32)
+    return SampleRows(fields, drawn.params.numpy(), result.time.numpy(), {})

@@ -1,0 +1,196 @@
+"""The N-body system behind `dynaforge generate`: draws systems, rolls them out in blocks, returns frames.
+
+Dataset layout: fields (batch, time, channels, bodies) with channels (x, y, z, vx, vy, vz); the store
+keeps them channels last, (N, T, bodies, 6). Conventions of the physics: `dynaforge.systems.nbody.physics`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from dynaforge.config import NBodyConfig
+from dynaforge.systems.base import InitialStates, SampleRows, Trajectories, rows_from_seeds
+from dynaforge.systems.batching import LANES, block_samples, pad_rows, sample_blocks
+from dynaforge.systems.nbody.control import StepController, build_controller, rollout_to_times
+from dynaforge.systems.nbody.initial import draw_system
+from dynaforge.systems.nbody.physics import (
+    CHANNEL_NAMES,
+    DTYPES,
+    BodyParams,
+    BodyState,
+    fixed_step_rollout,
+)
+from dynaforge.systems.nbody.schemes import SCHEMES
+from dynaforge.threads import run_pieces, serialised
+
+BLOCK_PAIR_VALUES = 2**19
+"""A dataset rollout steps about this many pair-separation values at a time (672 systems of 16 bodies):
+blocks of whole lane groups on one intra-op thread each (`systems/batching.py`), so that a system's
+trajectory is the same bytes in any batch and on any thread count."""
+
+
+def state_to_channels(state: BodyState) -> Float[Tensor, "batch 6 bodies"]:
+    return torch.cat([state.positions, state.velocities], dim=-1).transpose(1, 2)
+
+
+def channels_to_state(fields: Float[Tensor, "batch 6 bodies"]) -> BodyState:
+    per_body = fields.transpose(1, 2)
+    return BodyState(per_body[..., :3], per_body[..., 3:])
+
+
+class NBody:
+    """The N-body system behind `dynaforge generate` (same contract as `SpectralSystem`).
+
+    Parameter columns: mass_0 .. mass_{n-1}, softening, external_mass, external_x, external_y,
+    external_z, then family-specific descriptors (Kepler: semi_major_axis, eccentricity) that the
+    dynamics ignore. Fields are (batch, time, 6, bodies), channels (x, y, z, vx, vy, vz); the store keeps
+    them channels last. The body axis is named `body`; its coordinate is the body index.
+
+    `controller` chooses the steps when given (a learned controller arrives this way: the generate stage
+    loads it, the simulator never imports a trained network); otherwise `system.control` builds a fixed or
+    classical adaptive one.
+    """
+
+    name: ClassVar[str] = "nbody"
+    channels: ClassVar[int] = 6
+    ndim: ClassVar[int] = 1
+    channel_names: ClassVar[tuple[str, ...]] = CHANNEL_NAMES
+    axis_names: ClassVar[tuple[str, ...]] = ("body",)
+    rows_per_unit: ClassVar[int] = 1
+
+    def __init__(self, config: NBodyConfig, controller: StepController | None = None) -> None:
+        if not isinstance(config, NBodyConfig):
+            raise TypeError(f"NBody needs an NBodyConfig, got {type(config).__name__}")
+        self.config = config
+        self.controller = controller
+        self.shape = (config.bodies,)
+        self.dtype = DTYPES[config.dtype]
+        self.scheme = SCHEMES[config.integrator]
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        return self.config.parameter_names()
+
+    def draw_samples(self, rngs: Sequence[np.random.Generator]) -> InitialStates:
+        """Parameters (batch, P) float64 and initial states (batch, 6, bodies) float64, one generator each."""
+        rows, states = [], []
+        for rng in rngs:
+            row, positions, velocities = draw_system(self.config, rng)
+            rows.append(row)
+            states.append(np.concatenate([positions, velocities], axis=1).T)
+        return InitialStates(torch.from_numpy(np.stack(rows)), torch.from_numpy(np.stack(states)))
+
+    def params_from_rows(self, rows: Float[Tensor, "batch n_params"]) -> BodyParams:
+        """Split parameter rows (columns in `parameter_names` order) into `BodyParams`."""
+        names = self.parameter_names
+        rows = rows.to(self.dtype)
+        column = {name: rows[:, names.index(name)] for name in names if not name.startswith("mass_")}
+        masses = rows[:, [names.index(f"mass_{i}") for i in range(self.config.bodies)]]
+        position = torch.stack([column["external_x"], column["external_y"], column["external_z"]], dim=1)
+        external = column["external_mass"]
+        return BodyParams(masses, column["softening"], external, position, bool((external > 0).any()))
+
+    def sample_rows(
+        self,
+        split: str,
+        start: int,
+        stop: int,
+        base_seed: int,
+        device: torch.device,
+        on_steps: Callable[[int], Any] | None = None,
+    ) -> SampleRows:
+        """Samples [start, stop) of `split`, each drawn from its own seed, rolled out together."""
+        return rows_from_seeds(
+            self.draw_samples, self.rollout, split, start, stop, base_seed, device, on_steps
+        )
+
+    def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
+        return {}
+
+    def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
+        """The body axis's coordinate per sample: the body index (N, bodies)."""
+        index = np.arange(self.config.bodies, dtype=np.float64)
+        return {"body": np.broadcast_to(index, (params.shape[0], self.config.bodies)).copy()}
+
+    def rollout(
+        self,
+        initial: Float[Tensor, "batch 6 bodies"],
+        params: Float[Tensor, "batch n_params"],
+        steps: int | None = None,
+        save_every: int | None = None,
+        on_step: Callable[[int], None] | None = None,
+    ) -> Trajectories:
+        """Frames every `save_every * dt` time units up to `steps * dt`, the initial one included.
+
+        With fixed control each frame is `save_every` steps of size dt. With adaptive or learned control
+        the controller picks each system's steps and the last step before a frame is shortened to land
+        on it (that shortening breaks exact time symmetry; `dynaforge nbody simulate` does not do it).
+        """
+        steps = self.config.steps if steps is None else steps
+        save_every = self.config.save_every if save_every is None else save_every
+        expected = (6, self.config.bodies)
+        if initial.ndim != 3 or tuple(initial.shape[1:]) != expected:
+            raise ValueError(
+                f"nbody: initial state must have shape (batch, 6, {self.config.bodies}) with channels "
+                f"{CHANNEL_NAMES}, got {tuple(initial.shape)}; add a leading batch axis for one system"
+            )
+        if params.shape != (initial.shape[0], len(self.parameter_names)):
+            raise ValueError(
+                f"nbody: params must have shape (batch, {len(self.parameter_names)}) with columns "
+                f"{self.parameter_names}, got {tuple(params.shape)}"
+            )
+        n_frames = steps // save_every + 1
+        interval = self.config.dt * save_every
+        fields = torch.empty((initial.shape[0], n_frames, *expected), dtype=self.dtype, device=initial.device)
+        report = serialised(on_step)
+
+        def run_block(rows: slice) -> None:
+            count = rows.stop - rows.start
+            state = channels_to_state(pad_rows(initial[rows].to(self.dtype)))
+            body_params = self.params_from_rows(pad_rows(params[rows].to(initial.device)))
+            saved = self.saved_states(state, body_params, steps, save_every, interval, count, report)
+            for frame, saved_state in enumerate(saved):
+                fields[rows, frame] = state_to_channels(saved_state)[:count]  # disjoint rows per block
+
+        blocks = sample_blocks(initial.shape[0], self.block_samples())
+        if initial.device.type == "cpu":
+            run_pieces(run_block, blocks)
+        else:  # one device stream: the thread count does not touch the arithmetic
+            for rows in blocks:
+                run_block(rows)
+        time = torch.arange(n_frames, dtype=torch.float64) * interval
+        return Trajectories(fields, time)
+
+    def block_samples(self) -> int:
+        """Systems per block (a multiple of 16, from the body count alone): about `BLOCK_PAIR_VALUES`
+        pair-separation values, so that a block's per-step tensors stay in cache."""
+        return block_samples(3 * self.config.bodies**2, BLOCK_PAIR_VALUES, LANES)
+
+    def saved_states(
+        self,
+        state: BodyState,
+        params: BodyParams,
+        steps: int,
+        save_every: int,
+        interval: float,
+        count: int,
+        report: Callable[[int], None] | None,
+    ) -> list[BodyState]:
+        """The states at every frame time of one block (the initial one first); `report(count * steps)`."""
+        if self.config.control.kind == "fixed":
+            on_step = None if report is None else (lambda _: report(count))
+            _, saved = fixed_step_rollout(
+                state, params, self.config.dt, steps, self.scheme, save_every, on_step
+            )
+            return saved
+        controller = self.controller or build_controller(self.config.control, self.config.dt)
+        times = [interval * k for k in range(1, steps // save_every + 1)]
+        # Controller steps are not the config's steps: progress counts nominal steps per frame reached.
+        on_frame = None if report is None else (lambda _: report(count * save_every))
+        return [state, *rollout_to_times(state, params, controller, times, self.scheme, on_frame)]

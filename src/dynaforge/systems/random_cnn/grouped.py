@@ -1,0 +1,290 @@
+"""Running many operators: the grouped engine (K operators of one architecture as grouped convolutions, the
+GPU layout), the rollout of a group, and the generation of a batch of operators (one at a time on the CPU,
+grouped to a memory budget on a GPU)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor
+
+from dynaforge.config import RandomCNNConfig
+from dynaforge.floating import flush_denormals
+from dynaforge.systems.random_cnn.operator import (
+    ACTIVATIONS,
+    Architecture,
+    Layer,
+    OperatorParams,
+    adds_input,
+    architecture_of,
+    normalize,
+    periodic_pad,
+    update_coefficients,
+)
+from dynaforge.threads import run_pieces, serialised
+
+log = logging.getLogger(__name__)
+
+
+class GroupedOperators:
+    """K operators sharing an architecture, stacked as grouped-convolution weights.
+
+    The state of the group is (M, K C, n, n): realizations on the batch axis, operator k's channels at
+    [k C, (k + 1) C). Convolutions run in `dtype` (bfloat16 or float32), channels-last on request.
+    """
+
+    def __init__(
+        self,
+        arch: Architecture,
+        ops: Sequence[OperatorParams],
+        layers: Sequence[Sequence[Layer]],
+        dtype: torch.dtype = torch.bfloat16,
+        channels_last: bool = True,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.arch = arch
+        self.k = len(ops)
+        self.dtype = dtype
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.weights = [
+            torch.cat([layer[i].weight for layer in layers])
+            .to(device=device, dtype=dtype)
+            .contiguous(memory_format=self.memory_format)
+            for i in range(len(layers[0]))
+        ]
+        self.biases = [
+            torch.cat([layer[i].bias for layer in layers]).to(device=device, dtype=dtype)
+            for i in range(len(layers[0]))
+        ]
+        per_channel = update_coefficients(ops, device).repeat_interleave(arch.channels, dim=0)  # (K C, 3)
+        self.p, self.q, self.q_sigma = (column.view(1, -1, 1, 1) for column in per_channel.unbind(1))
+
+    def apply(self, x: Float[Tensor, "m kc x y"]) -> Float[Tensor, "m kc x y"]:
+        """O(x) of every operator without the noise, returned in float32."""
+        act = ACTIVATIONS[self.arch.activation]
+        k = self.arch.kernel_size
+        h = x.to(self.dtype).contiguous(memory_format=self.memory_format)
+        h = act(F.conv2d(periodic_pad(h, k), self.weights[0], self.biases[0], groups=self.k))
+        for weight, bias in zip(self.weights[1:-1], self.biases[1:-1]):
+            y = act(
+                normalize(F.conv2d(periodic_pad(h, k), weight, bias, groups=self.k), self.arch.norm, self.k)
+            )
+            h = h + y if adds_input(self.arch, h, y) else y
+        return F.conv2d(h, self.weights[-1], self.biases[-1], groups=self.k).float()
+
+    def step(
+        self, x: Float[Tensor, "k m channels x y"], noise: Float[Tensor, "k m channels x y"]
+    ) -> Float[Tensor, "k m channels x y"]:
+        """x <- p x + q (O(x) + sigma xi) for every operator and realization."""
+        k, m, c = x.shape[:3]
+        x = x.transpose(0, 1).reshape(m, k * c, *x.shape[3:])
+        noise = noise.transpose(0, 1).reshape(m, k * c, *noise.shape[3:])
+        out = self.p * x + self.q * self.apply(x) + self.q_sigma * noise
+        return out.view(m, k, c, *x.shape[2:]).transpose(0, 1)
+
+
+@runtime_checkable
+class OperatorGroup(Protocol):
+    """K operators of one architecture that step together (`GroupedOperators`, `FusedOperators`)."""
+
+    k: int
+
+    def step(self, x: Tensor, noise: Tensor) -> Tensor: ...
+
+
+def build_group(
+    arch: Architecture,
+    ops: Sequence[OperatorParams],
+    layers: Sequence[Sequence[Layer]],
+    config: RandomCNNConfig,
+    device: torch.device | str = "cpu",
+) -> OperatorGroup:
+    """The engine `config.engine` for K operators of one architecture (what generation runs)."""
+    dtype = torch.bfloat16 if config.precision == "bfloat16" else torch.float32
+    if config.engine == "grouped":
+        return GroupedOperators(arch, ops, layers, dtype, config.channels_last, device)
+    from dynaforge.systems.random_cnn.fused import FusedOperators
+
+    return FusedOperators(arch, ops, layers, dtype, config.compile, device)
+
+
+def grouped_rollout(
+    group: OperatorGroup,
+    initial: Float[Tensor, "k channels x y"],
+    generators: Sequence[Sequence[torch.Generator]],
+    steps: int,
+    save_every: int = 1,
+    on_step: Callable[[int], Any] | None = None,
+    out: Sequence[Tensor] | None = None,
+) -> Float[Tensor, "k m time channels x y"] | Sequence[Float[Tensor, "m time channels x y"]]:
+    """Every operator and realization of a group; generators[k][m] is the noise of operator k, realization m.
+
+    Returns a new (K, M, T, C, n, n) float32 buffer of trajectories, or, when `out` holds K (M, T, C, n, n)
+    tensors on the state's device, writes each operator's trajectory into its tensor frame by frame (so the
+    caller's buffer needs no copy afterwards) and returns `out`.
+    """
+    k, c = initial.shape[0], initial.shape[1]
+    m = len(generators[0])
+    space = tuple(initial.shape[2:])
+    device = initial.device
+    n_frames = steps // save_every + 1
+    with torch.inference_mode(), flush_denormals():  # every state an inference tensor, from the first
+        # Preallocated buffers, filled in place on purpose: the trajectories and the noise of one step.
+        buffer = None
+        if out is None:
+            buffer = torch.empty((k, m, n_frames, c, *space), dtype=torch.float32, device=device)
+        trajectories = buffer.unbind(0) if buffer is not None else out
+        if len(trajectories) != k or any(t.shape != (m, n_frames, c, *space) for t in trajectories):
+            raise ValueError(f"out must hold {k} trajectories of shape {(m, n_frames, c, *space)}")
+        noise = torch.empty((k, m, c, *space), dtype=torch.float32, device=device)
+        x = initial.to(torch.float32)[:, None].expand(k, m, c, *space).contiguous()
+        save_frame(trajectories, x, 0)
+        for n in range(1, steps + 1):
+            for op in range(k):
+                for r in range(m):
+                    torch.randn((c, *space), generator=generators[op][r], out=noise[op, r])
+            x = group.step(x, noise)
+            if n % save_every == 0:
+                save_frame(trajectories, x, n // save_every)
+            if on_step is not None:
+                on_step(k * m)
+    return buffer if buffer is not None else out
+
+
+def save_frame(trajectories: Sequence[Tensor], x: Tensor, index: int) -> None:
+    """Write state x (K, M, C, n, n) as frame `index` of each operator's (M, T, C, n, n) trajectory."""
+    for trajectory, state in zip(trajectories, x, strict=True):
+        trajectory[:, index] = state  # in place on purpose: the preallocated trajectory buffer
+
+
+def group_bytes(
+    arch: Architecture, k: int, m: int, n_frames: int, resolution: int, dtype: torch.dtype
+) -> int:
+    """Rough peak memory of one group: a few live activations of the widest layer plus the trajectory."""
+    cells = resolution * resolution
+    activations = 4 * m * k * max(arch.widths) * cells * torch.empty((), dtype=dtype).element_size()
+    trajectory = k * m * n_frames * arch.channels * cells * 4
+    return activations + trajectory
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def split_to_budget(count: int, max_group: int, bytes_per_operator: int, budget_bytes: int) -> int:
+    """Operators per grouped call: at most `max_group` and within the budget (at least one)."""
+    return max(1, min(max_group, count, budget_bytes // max(bytes_per_operator, 1)))
+
+
+class OperatorBatch(NamedTuple):
+    """Inputs of `generate_operators`: per operator its parameters, weights, initial field and noise generators."""
+
+    ops: list[OperatorParams]
+    layers: list[list[Layer]]
+    initial: Tensor  # (K, C, n, n) float32
+    generators: list[list[torch.Generator]]  # [K][M]
+
+
+def generate_operators(
+    batch: OperatorBatch,
+    config: RandomCNNConfig,
+    device: torch.device,
+    on_step: Callable[[int], Any] | None = None,
+) -> Float[Tensor, "k m time channels x y"]:
+    """Trajectories of every operator of a batch: `operators_one_at_a_time` on the CPU (the same bytes in
+    any batch and on any thread count), `operators_grouped` on a GPU (the fewest kernel launches)."""
+    if device.type == "cpu":
+        return operators_one_at_a_time(batch, config, device, on_step)
+    return operators_grouped(batch, config, device, on_step)
+
+
+def empty_frames(count: int, config: RandomCNNConfig) -> Tensor:
+    """The (K, M, T, C, n, n) float32 trajectory buffer of `count` operators, on the CPU."""
+    shape = (count, config.realizations, config.n_frames, config.channels, *(config.resolution,) * 2)
+    return torch.empty(shape, dtype=torch.float32)
+
+
+def operators_one_at_a_time(
+    batch: OperatorBatch,
+    config: RandomCNNConfig,
+    device: torch.device,
+    on_step: Callable[[int], Any] | None = None,
+) -> Float[Tensor, "k m time channels x y"]:
+    """Each operator alone (its M realizations together) on one intra-op thread of the CPU, operators side
+    by side on the allowed threads (`dynaforge.threads`): an operator's trajectories do not depend on the
+    batch it is generated in or on the thread count."""
+    frames = empty_frames(len(batch.ops), config)
+    report = serialised(on_step)
+
+    def run_operator(i: int) -> None:
+        arch = architecture_of(batch.ops[i], config.channels)
+        group = build_group(arch, [batch.ops[i]], [batch.layers[i]], config, device)
+        grouped_rollout(
+            group, batch.initial[i : i + 1], [batch.generators[i]], config.steps, config.save_every, report,
+            [frames[i]],
+        )  # fmt: skip
+
+    run_pieces(run_operator, list(range(len(batch.ops))))
+    return frames
+
+
+def operators_grouped(
+    batch: OperatorBatch,
+    config: RandomCNNConfig,
+    device: torch.device,
+    on_step: Callable[[int], Any] | None = None,
+) -> Float[Tensor, "k m time channels x y"]:
+    """Operators grouped by architecture, each group split to the memory budget (halved and retried on
+    out-of-memory, the noise replayed)."""
+    count = len(batch.ops)
+    m = config.realizations
+    frames = empty_frames(count, config)
+    dtype = torch.bfloat16 if config.precision == "bfloat16" else torch.float32
+    by_arch: dict[Architecture, list[int]] = {}
+    for i, op in enumerate(batch.ops):
+        by_arch.setdefault(architecture_of(op, config.channels), []).append(i)
+    budget = int(config.memory_budget_gb * 2**30)
+    for arch, members in by_arch.items():
+        per_operator = group_bytes(arch, 1, m, config.n_frames, config.resolution, dtype)
+        size = split_to_budget(len(members), config.max_group, per_operator, budget)
+        start = 0
+        while start < len(members):
+            chunk = members[start : start + size]
+            generators = [batch.generators[i] for i in chunk]
+            states = [[g.get_state() for g in row] for row in generators]
+            try:
+                group = build_group(
+                    arch, [batch.ops[i] for i in chunk], [batch.layers[i] for i in chunk], config, device
+                )
+                # On the CPU the trajectories go straight into `frames` (views of its rows, no copy after).
+                direct = [frames[i] for i in chunk] if device.type == "cpu" else None
+                result = grouped_rollout(
+                    group,
+                    batch.initial[chunk].to(device),
+                    generators,
+                    config.steps,
+                    config.save_every,
+                    on_step,
+                    direct,
+                )
+            except (RuntimeError, torch.OutOfMemoryError) as error:
+                if not is_out_of_memory(error) or size == 1:
+                    raise
+                size = max(1, size // 2)
+                log.warning("out of memory with %d operators per group; retrying with %d", len(chunk), size)
+                for row, row_states in zip(generators, states):  # replay the noise from where it was
+                    for g, state in zip(row, row_states):
+                        g.set_state(state)
+                continue
+            if direct is None:
+                frames[chunk] = result.cpu()
+            start += len(chunk)
+    return frames
