@@ -21,6 +21,7 @@ from dynaforge.runs import holds_run, load_checkpoint, run_folder, training_diff
 from dynaforge.store.format import MANIFEST
 from dynaforge.store.writer import identity_of
 from dynaforge.train import train
+from dynaforge.train.stages import run_stages
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,6 @@ def run_pipeline(
     else:
         generate(config, data, progress=progress)
     if stage is not None:
-        from dynaforge.train.stages import run_stages
-
         run_stages(config, data, run.root, stage, progress=progress)
         return evaluate(run.root, data, config.evaluate).report
     if training_is_complete(run.root, config):

@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dynaforge.evaluate.stack_report import LABELS, variant_label
 from dynaforge.evaluate.suite import METRICS
 
 Figures = Mapping[str, Sequence[tuple[str, bytes]]]
@@ -156,8 +157,6 @@ def stack_html(section: Mapping[str, Any] | None, figures: Sequence[tuple[str, b
     ensemble spread against error, the steady prior's score."""
     if not section:
         return ""
-    from dynaforge.evaluate.stack_report import LABELS, variant_label
-
     steps = section["steps"]
     rows = [
         (

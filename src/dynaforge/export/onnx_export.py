@@ -41,6 +41,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.atomic import atomic_path
+from dynaforge.data import Normalizer
 from dynaforge.errors import RunError
 from dynaforge.models import ModelInput, ModelOutput, ModelShape, model_from_checkpoint
 from dynaforge.models.flow import FlowInput, FlowOutput
@@ -50,6 +51,9 @@ from dynaforge.models.step_controller import (
     build_step_controller_net,
 )
 from dynaforge.runs import load_checkpoint, run_folder
+from dynaforge.store import DatasetFolder
+from dynaforge.systems.nbody.control import controller_features, system_scales
+from dynaforge.systems.nbody.physics import BodyState, gravity, make_params
 
 log = logging.getLogger(__name__)
 
@@ -289,9 +293,6 @@ def check_surrogate_contract(model: nn.Module) -> None:
 
 def real_frames(state: dict[str, Any], shape: ModelShape, data: str | Path | None) -> Tensor:
     """Normalised input windows from the first test trajectories of the dataset (default: the trained one)."""
-    from dynaforge.data import Normalizer
-    from dynaforge.store import DatasetFolder
-
     root = Path(data) if data is not None else Path(str(state.get("data", "")))
     if not root.exists():
         raise ExportError(
@@ -351,9 +352,6 @@ def controller_exportable(state: dict[str, Any]) -> Exportable:
 
 def controller_training_features(state: dict[str, Any]) -> Tensor:
     """Controller features (float64) of the start states of the first training group in the checkpoint."""
-    from dynaforge.systems.nbody.control import controller_features, system_scales
-    from dynaforge.systems.nbody.physics import BodyState, gravity, make_params
-
     systems = state["training_systems"]
     group = sorted({key.split("/")[0] for key in systems})[0]
     take = slice(0, REAL_SAMPLES)
@@ -369,7 +367,7 @@ def controller_training_features(state: dict[str, Any]) -> Tensor:
 
 def export_module(exportable: Exportable, out: Path) -> Path:
     """Export with the torch.export-based exporter: named inputs and outputs, a dynamic batch axis."""
-    import onnx
+    import onnx  # lazy: an optional extra (dynaforge[export])
 
     batch = torch.export.Dim("batch", min=1)
     dynamic_shapes = {name: {0: batch} for name in exportable.input_names}
@@ -400,7 +398,7 @@ def export_module(exportable: Exportable, out: Path) -> Path:
 
 def verify(path: Path, exportable: Exportable) -> list[Check]:
     """Compare onnxruntime with PyTorch on the random and the real inputs; ExportError above tolerance."""
-    import onnxruntime
+    import onnxruntime  # lazy: an optional extra (dynaforge[export])
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     checks = []

@@ -43,7 +43,7 @@ def rollout_onnx(
 ) -> OnnxRollout:
     """Roll out every trajectory of `split` (the first `samples`) for `frames` frames (default: all there are)."""
     try:
-        import onnxruntime
+        import onnxruntime  # lazy: an optional extra (dynaforge[export]); the error names it
     except ImportError as error:
         raise RunError("dynaforge rollout --onnx needs onnxruntime: pip install onnxruntime") from error
     if not Path(model).is_file():

@@ -28,6 +28,7 @@ from dynaforge.config import (
     config_differences,
     config_to_dict,
     config_to_yaml,
+    load_config,
     save_config,
 )
 from dynaforge.floating import flush_denormals
@@ -83,8 +84,6 @@ def prepare_folder(root: Path, config: Config) -> None:
                 "  Use another --out folder, or pass the same config to resume."
             )
     elif any(root.glob("*/shard-*.h5")) and saved_config.exists():
-        from dynaforge.config import load_config
-
         differences = config_differences(identity_of(load_config(saved_config)), identity_of(config))
         if differences:
             raise DatasetError(

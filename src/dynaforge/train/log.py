@@ -26,8 +26,9 @@ from torch import Tensor
 
 import dynaforge
 from dynaforge.atomic import atomic_write_bytes, atomic_write_text
-from dynaforge.config import WandbConfig
+from dynaforge.config import WandbConfig, config_to_dict, save_config
 from dynaforge.errors import RunError
+from dynaforge.runs import load_checkpoint, run_folder, training_differences
 
 
 class MetricsLog:
@@ -189,7 +190,7 @@ class WandbLogger:
     ) -> None:
         """`key` is the config key of `config` (named in the error when wandb is missing)."""
         try:
-            import wandb
+            import wandb  # lazy: an optional extra (dynaforge[wandb])
         except ImportError as error:
             raise RunError(
                 f"{key}.enabled=true needs the optional wandb package: pip install 'dynaforge[wandb]' "
@@ -222,7 +223,7 @@ class WandbLogger:
 
     def log_checkpoint(self, path: Path, aliases: list[str], metadata: dict[str, Any]) -> None:
         """Upload a checkpoint file as a `model` artifact of this run (queued for `wandb sync` offline)."""
-        import wandb
+        import wandb  # lazy: an optional extra (dynaforge[wandb])
 
         artifact = wandb.Artifact(f"checkpoint-{self.run.id}", type="model", metadata=metadata)
         artifact.add_file(str(path), name=ARTIFACT_FILE)
@@ -240,7 +241,7 @@ def download_checkpoint_artifact(reference: str, destination: Path) -> Path:
     """Download the checkpoint of W&B artifact `reference` (`entity/project/checkpoint-ID:alias`) to
     `destination`, atomically. Needs the wandb package and access to the W&B server."""
     try:
-        import wandb
+        import wandb  # lazy: an optional extra (dynaforge[wandb])
     except ImportError as error:
         raise RunError(
             "--resume-from-artifact needs the optional wandb package: pip install 'dynaforge[wandb]'"
@@ -262,9 +263,6 @@ def download_checkpoint_artifact(reference: str, destination: Path) -> Path:
 def start_from_artifact(reference: str, run_root: str | Path, config: Any) -> None:
     """Make run folder `run_root` continue from W&B checkpoint artifact `reference`: its checkpoint becomes
     RUN/checkpoints/last.pt (for `resume`) after checking it was trained with the same `config`."""
-    from dynaforge.config import config_to_dict, save_config
-    from dynaforge.runs import load_checkpoint, run_folder, training_differences
-
     run = run_folder(run_root)
     if run.last.exists():
         raise RunError(

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from dynaforge.config import OptimizerConfig, TrainConfig
+from dynaforge.models.spectral import SpectralConv
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +131,6 @@ def goes_to_muon(
     module: nn.Module, local_name: str, full_name: str, p: Tensor, settings: OptimizerConfig
 ) -> bool:
     """Whether parameter `local_name` of `module` (full dotted name `full_name`) is a matrix for Muon."""
-    from dynaforge.models.spectral import SpectralConv
-
     if any(fnmatch.fnmatchcase(full_name, pattern) for pattern in settings.muon_exclude):
         return False
     if isinstance(module, SpectralConv):

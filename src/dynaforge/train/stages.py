@@ -31,6 +31,7 @@ be 1 (the corrector works frame by frame).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -545,8 +546,6 @@ STAGES: dict[str, Callable[[StageContext], TrainSummary]] = {
 
 
 def read_status(root: Path) -> dict[str, Any]:
-    import json
-
     path = root / STATUS_FILE
     return json.loads(path.read_text()) if path.exists() else {"stages": {}}
 

@@ -76,7 +76,7 @@ def keep_best_run(folder: StudyFolder, trial: FrozenTrial) -> None:
 
 def draw_plots(study: optuna.Study, out: Path, config: Config) -> dict[str, str]:
     """PNG plots (one set per objective); a plot that cannot be drawn yet is noted instead."""
-    from optuna.visualization import matplotlib as vis
+    from optuna.visualization import matplotlib as vis  # lazy: loads matplotlib's pyplot, only for plots
 
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, str] = {}
@@ -111,7 +111,7 @@ def draw_plots(study: optuna.Study, out: Path, config: Config) -> dict[str, str]
 
 
 def save_axes(axes: Any, path: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: Optuna's plots are pyplot figures; only here do they close
 
     first = axes.flat[0] if hasattr(axes, "flat") else axes
     figure = first.figure

@@ -34,6 +34,8 @@ from optuna.trial import TrialState
 
 from dynaforge.config import Config, ConfigError, config_differences, config_to_dict, load_config, save_config
 from dynaforge.errors import RunError
+from dynaforge.generate import generate
+from dynaforge.pipeline import dataset_is_complete
 from dynaforge.tune.folder import StudyFolder, optuna_warnings_quiet
 from dynaforge.tune.report import write_outputs
 from dynaforge.tune.space import DATA_SECTIONS, check_space, config_with_values, suggest
@@ -130,9 +132,6 @@ def prepare_data(config: Config, folder: StudyFolder, data: str | Path | None, p
     """The dataset every PDE trial trains on: `data` when given, else STUDY/data (generated once)."""
     if data is not None:
         return Path(data).resolve()
-    from dynaforge.generate import generate
-    from dynaforge.pipeline import dataset_is_complete
-
     if not dataset_is_complete(folder.data, config):
         generate(config, folder.data, progress=progress)
     return folder.data.resolve()

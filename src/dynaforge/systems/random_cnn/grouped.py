@@ -15,6 +15,7 @@ from torch import Tensor
 
 from dynaforge.config import RandomCNNConfig
 from dynaforge.floating import flush_denormals
+from dynaforge.systems.random_cnn.fused import FusedOperators
 from dynaforge.systems.random_cnn.operator import (
     ACTIVATIONS,
     Architecture,
@@ -108,8 +109,6 @@ def build_group(
     dtype = torch.bfloat16 if config.precision == "bfloat16" else torch.float32
     if config.engine == "grouped":
         return GroupedOperators(arch, ops, layers, dtype, config.channels_last, device)
-    from dynaforge.systems.random_cnn.fused import FusedOperators
-
     return FusedOperators(arch, ops, layers, dtype, config.compile, device)
 
 

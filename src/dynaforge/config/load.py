@@ -1,0 +1,299 @@
+"""Loading, overriding and saving configs: YAML presets, dotted overrides, validation with errors
+that name the key, the whole `Config`."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dynaforge.atomic import atomic_write_text
+from dynaforge.config.base import ConfigError, Range
+from dynaforge.config.data import DataConfig, DatasetConfig
+from dynaforge.config.evaluate import EvaluateConfig
+from dynaforge.config.models import MODEL_CONFIGS, FNOConfig, ModelConfig
+from dynaforge.config.nbody import SYSTEM_CONFIGS, NBodyConfig, TimestepperConfig
+from dynaforge.config.stack import StagesConfig
+from dynaforge.config.systems import BurgersConfig, SystemConfig
+from dynaforge.config.train import TRAIN_PRESETS, TrainConfig
+from dynaforge.config.tune import TuneConfig
+from dynaforge.config.two_phase import TwoPhaseConfig
+
+
+@dataclass
+class Config:
+    """Everything one run needs; each section belongs to one stage of the pipeline."""
+
+    system: SystemConfig | NBodyConfig = field(default_factory=BurgersConfig)
+    """The ground-truth simulator and its parameter ranges."""
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    """Sizes, sharding and seeds of the generated dataset."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Training windows, normalisation and batching."""
+    model: ModelConfig = field(default_factory=FNOConfig)
+    """The neural surrogate (chosen by `model.name`)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """The training loop."""
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    """Rollouts, metrics and the report on the test split."""
+    timestepper: TimestepperConfig = field(default_factory=TimestepperConfig)
+    """The learned N-body step controller and its training."""
+    stages: StagesConfig = field(default_factory=StagesConfig)
+    """The staged latent stack (`dynaforge train ... stage=all`)."""
+    tune: TuneConfig = field(default_factory=TuneConfig)
+    """The hyper-parameter search of `dynaforge tune` (ignored by the other verbs)."""
+    twophase: TwoPhaseConfig = field(default_factory=TwoPhaseConfig)
+    """Two-phase (equilibrium propagation) training of an energy-based model."""
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Load a YAML preset (or the defaults when `path` is None) and apply dotted `key=value` overrides."""
+    try:
+        base = OmegaConf.load(path) if path is not None else OmegaConf.create({})
+    except FileNotFoundError as error:
+        raise ConfigError(f"config file not found: {path}") from error
+    except (yaml.YAMLError, OmegaConfBaseException) as error:
+        raise ConfigError(f"cannot parse {path}: {error}") from error
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ConfigError(f"override {item!r} is not of the form key.sub=value")
+    try:
+        # A Range written as a plain number is expanded first, so that `x.low=...` can override it.
+        base = OmegaConf.create(_expand_range_shorthand(Config, OmegaConf.to_container(base)))
+        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+        data = OmegaConf.to_container(merged, resolve=True)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"cannot apply overrides {list(overrides)}: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level")
+    return config_from_dict(data)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> Config:
+    """Build a validated `Config` from plain data (the inverse of `config_to_dict`)."""
+    return _build(Config, apply_train_preset(data), "")
+
+
+def apply_train_preset(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` with its `train.preset` values filled in beneath the train section's own values."""
+    train = data.get("train", {})
+    if not isinstance(train, Mapping):
+        return dict(data)  # _build reports the bad section
+    name = train.get("preset", "default")
+    if name not in TRAIN_PRESETS:
+        raise ConfigError(f"train.preset={name!r} is not valid; choose one of: {', '.join(TRAIN_PRESETS)}")
+    return {**data, "train": _merge_beneath(TRAIN_PRESETS[name], train)}
+
+
+def _merge_beneath(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """`top` with `base`'s keys added where `top` lacks them (nested mappings merged the same way)."""
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        if isinstance(below, Mapping) and isinstance(value, Mapping):
+            merged[key] = _merge_beneath(below, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """Plain nested dicts of a dataclass config, ready for YAML or JSON."""
+    return dataclasses.asdict(config)
+
+
+def config_to_yaml(config: Any) -> str:
+    return yaml.safe_dump(config_to_dict(config), sort_keys=False)
+
+
+def save_config(config: Any, path: str | Path) -> None:
+    """Write the resolved config beside an artifact, atomically."""
+    atomic_write_text(path, config_to_yaml(config))
+
+
+def config_differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two plain config dicts."""
+    keys = sorted(set(a) | set(b))
+    differences = []
+    for key in keys:
+        dotted = f"{prefix}{key}"
+        left, right = a.get(key, "<missing>"), b.get(key, "<missing>")
+        if isinstance(left, Mapping) and isinstance(right, Mapping):
+            differences.extend(config_differences(left, right, f"{dotted}."))
+        elif left != right:
+            differences.append(f"{dotted}: {left!r} != {right!r}")
+    return differences
+
+
+def resolve_device(name: str) -> str:
+    """`auto` -> `cuda` when available, else `cpu`; anything else is returned as given."""
+    import torch  # lazy: the config is read by commands that run without PyTorch (`dynaforge rollout`)
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def _build(cls: type, data: Any, path: str, default: Any = None) -> Any:
+    """Instantiate dataclass `cls` from `data`; keys absent from `data` come from `default` (an instance)."""
+    if cls is Range and isinstance(data, int | float) and not isinstance(data, bool):
+        return Range(float(data), float(data))
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{_where(path)} must be a mapping of keys to values, got {data!r}")
+    if cls is SystemConfig or (isinstance(cls, type) and issubclass(cls, SystemConfig) and "name" in data):
+        cls = _system_class(data, path)
+    elif cls is ModelConfig or (isinstance(cls, type) and issubclass(cls, ModelConfig) and "name" in data):
+        cls = _model_class(data, path)
+    if default is not None and type(default) is not cls:
+        default = None
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError(_unknown_key_message(str(key), names, path))
+        field_default = _field_default(cls, key) if default is None else getattr(default, key)
+        kwargs[key] = _convert(hints[key], value, _join(path, key), field_default)
+    if default is not None:
+        for name in names:
+            kwargs.setdefault(name, getattr(default, name))
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.init
+        and f.name not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"{_where(path)} is missing required key(s): {', '.join(missing)}")
+    try:
+        return cls(**kwargs)
+    except ConfigError as error:
+        raise ConfigError(f"{_where(path)}: {error}") from None
+
+
+def _field_default(cls: type, name: str) -> Any:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+    return None
+
+
+def _expand_range_shorthand(cls: type, data: Any) -> Any:
+    """Replace numbers standing for a `Range` with {low, high} mappings, following the dataclass schema."""
+    if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
+        return data
+    if issubclass(cls, SystemConfig):
+        cls = SYSTEM_CONFIGS.get(data.get("name", "burgers"), cls)
+    hints = typing.get_type_hints(cls)
+    result = dict(data)
+    for key, value in data.items():
+        hint = hints.get(key)
+        if SystemConfig in typing.get_args(hint):  # `system` (SystemConfig | NBodyConfig): chosen by name
+            hint = SystemConfig
+        if hint is Range and isinstance(value, int | float) and not isinstance(value, bool):
+            result[key] = {"low": float(value), "high": float(value)}
+        elif dataclasses.is_dataclass(hint):
+            result[key] = _expand_range_shorthand(hint, value)
+    return result
+
+
+def _system_class(data: Mapping[str, Any], path: str) -> type[SystemConfig] | type[NBodyConfig]:
+    name = data.get("name", "burgers")
+    if name not in SYSTEM_CONFIGS:
+        valid = ", ".join(sorted(SYSTEM_CONFIGS))
+        raise ConfigError(f"unknown system {_join(path, 'name')}={name!r}; valid systems: {valid}")
+    return SYSTEM_CONFIGS[name]
+
+
+def _model_class(data: Mapping[str, Any], path: str) -> type[ModelConfig]:
+    name = data.get("name", "fno")
+    if name not in MODEL_CONFIGS:
+        valid = ", ".join(sorted(MODEL_CONFIGS))
+        raise ConfigError(f"unknown model {_join(path, 'name')}={name!r}; valid models: {valid}")
+    return MODEL_CONFIGS[name]
+
+
+def _convert(hint: Any, value: Any, path: str, default: Any = None) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        if SystemConfig in options:  # the system section picks its dataclass by `name` (see _build)
+            return _build(SystemConfig, value, path, default if dataclasses.is_dataclass(default) else None)
+        errors = []
+        for option in options:
+            try:
+                return _convert(option, value, path)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: no option fits {value!r}: {errors}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{path}={value!r} is not valid; choose one of: {', '.join(map(str, args))}")
+        return value
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path} must be a mapping, got {value!r}")
+        key_type, value_type = args
+        return {
+            _convert(key_type, k, f"{path}.{k}"): _convert(value_type, v, f"{path}.{k}")
+            for k, v in value.items()
+        }
+    if origin in (list, tuple, Sequence):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{path} must be a list, got {value!r}")
+        item_type = args[0] if args else Any
+        items = [_convert(item_type, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, path, default if dataclasses.is_dataclass(default) else None)
+    if hint is Any:
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{path} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path} must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{path}: unsupported config type {hint!r}")
+
+
+def _unknown_key_message(key: str, valid: Sequence[str], path: str) -> str:
+    dotted = _join(path, key)
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" Did you mean '{_join(path, close[0])}'?" if close else ""
+    return f"unknown config key '{dotted}'.{hint} Valid keys under {_where(path)}: {', '.join(valid)}"
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _where(path: str) -> str:
+    return f"'{path}'" if path else "the top level"

@@ -1,0 +1,155 @@
+"""The `model` section: one dataclass per surrogate, chosen by `name`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from dynaforge.config.base import ConfigError
+
+
+@dataclass
+class ModelConfig:
+    """A neural surrogate: `history` normalised frames in, the next `horizon` frames out.
+
+    The section is chosen by its `name` (one of `dynaforge.models.MODELS`); each model has its own fields.
+    """
+
+    name: str = "fno"
+    """Which model: one of `dynaforge.models.MODELS`."""
+    residual: bool = True
+    """Predict the change from the last input frame rather than the frames themselves."""
+
+
+@dataclass
+class FNOConfig(ModelConfig):
+    """Fourier neural operator: lift, `layers` spectral blocks, project (Li et al. 2021)."""
+
+    name: str = "fno"
+    width: int = 32
+    """Channels of the hidden representation."""
+    modes: int = 16
+    """Fourier modes kept per axis in every spectral convolution (at most n // 2 + 1)."""
+    layers: int = 4
+    """Spectral blocks."""
+    projection: int = 64
+    """Hidden channels of the output projection."""
+    spectral_transform: Literal["auto", "fft", "dft"] = "auto"
+    """How spectral convolutions reach the kept modes: `fft` (rfft, gather, scatter, irfft), `dft` (matrix
+    products with truncated DFT matrices: same result to float rounding, faster when few modes are kept), or
+    `auto` (`dft` when modes <= a quarter of the grid points on every axis, else `fft`)."""
+    spectral_low_precision: bool = False
+    """Let bf16/fp16 autocast run the `dft` path's matrix products (and the mode mixing) in low precision;
+    false keeps the spectral convolution in fp32 whatever train.precision is (the `fft` path always does)."""
+
+    def __post_init__(self) -> None:
+        for name in ("width", "modes", "layers", "projection"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class UNetConfig(ModelConfig):
+    """A small U-Net with periodic (circular) padding: `levels` resolutions, channels doubling per level."""
+
+    name: str = "unet"
+    channels: int = 16
+    """Channels at the finest level."""
+    levels: int = 3
+    """Resolutions (the finest included); each coarser level halves the grid."""
+    kernel_size: int = 3
+    """Odd width of every convolution kernel."""
+
+    def __post_init__(self) -> None:
+        if self.channels < 1 or self.levels < 1:
+            raise ConfigError(f"channels and levels must be >= 1, got {self.channels} and {self.levels}")
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise ConfigError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
+
+
+@dataclass
+class LatentConfig(ModelConfig):
+    """Latent operator: grid -> tokens (conv stem, patches, Fourier position features) -> pre-norm
+    transformer blocks conditioned on dt and the system parameters (adaptive layer norm) -> grid.
+    See `dynaforge.models.latent`."""
+
+    name: str = "latent"
+    width: int = 64
+    """Token (embedding) dimension."""
+    stem: int = 32
+    """Channels of the convolutional stem that precedes patching."""
+    patch: int = 4
+    """Grid points per token along every axis (the grid size must be a multiple of it)."""
+    depth: int = 4
+    """Transformer blocks."""
+    heads: int = 4
+    """Attention heads (must divide `width`)."""
+    mlp_ratio: int = 2
+    """Hidden width of each block's MLP, in multiples of `width`."""
+    attention: Literal["standard", "channel", "alternate"] = "alternate"
+    """Token mixing: `standard` attention over tokens, `channel`-separated (cross-covariance) attention
+    over feature channels, or `alternate` (standard, channel, standard, ...)."""
+    merge_levels: int = 0
+    """U-shaped token merging: halve the tokens per axis this many times on the way down (and restore
+    them, with skip connections, on the way up); 0 keeps one resolution."""
+    position_features: int = 8
+    """Fourier frequencies per axis of the position features added to the tokens."""
+    parameters: int = 0
+    """System parameters the update is conditioned on (the stages fill it in from the dataset)."""
+    dt: float = 1.0
+    """Model time step assumed when a call gives none (the stages fill it in from the dataset)."""
+
+    def __post_init__(self) -> None:
+        for name in ("width", "stem", "patch", "depth", "heads", "mlp_ratio", "position_features"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.width % self.heads:
+            raise ConfigError(f"heads={self.heads} must divide width={self.width}")
+        if self.merge_levels < 0 or self.parameters < 0:
+            raise ConfigError("merge_levels and parameters must be >= 0")
+        if self.merge_levels * 2 > self.depth:
+            raise ConfigError(
+                f"merge_levels={self.merge_levels} needs depth >= {2 * self.merge_levels} (one block per "
+                "level on the way down and one on the way up)"
+            )
+        if self.dt <= 0:
+            raise ConfigError(f"dt must be > 0, got {self.dt}")
+
+
+@dataclass
+class FlowNetConfig(ModelConfig):
+    """Velocity field of a conditional flow-matching model on the grid: circular convolutions, modulated by
+    the flow time and the system parameters. See `dynaforge.models.flow`."""
+
+    name: str = "flow"
+    residual: bool = False
+    width: int = 32
+    """Hidden channels."""
+    layers: int = 4
+    """Residual convolution blocks."""
+    kernel_size: int = 5
+    """Odd width of every convolution kernel."""
+    condition_frames: int = 2
+    """Frames given beside the noisy state (residual corrector: the operator's prediction and the last input
+    frame; steady prior: 0)."""
+    parameters: int = 0
+    """System parameters conditioned on (the stages fill it in from the dataset)."""
+    scale: float = 1.0
+    """Physical scale of the generated field in normalised units (the stages fill it in: the residual's
+    standard deviation), so that the flow runs on unit-variance targets."""
+
+    def __post_init__(self) -> None:
+        if self.width < 1 or self.layers < 1 or self.condition_frames < 0 or self.parameters < 0:
+            raise ConfigError("width and layers must be >= 1; condition_frames and parameters >= 0")
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise ConfigError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
+        if self.scale <= 0:
+            raise ConfigError(f"scale must be > 0, got {self.scale}")
+
+
+MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
+    "fno": FNOConfig,
+    "unet": UNetConfig,
+    "latent": LatentConfig,
+    "flow": FlowNetConfig,
+}

@@ -1,0 +1,308 @@
+"""The `system` section of the periodic PDEs and the random CNN operators: one dataclass per system, chosen by `name`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dynaforge.config.base import ConfigError, InitialConfig, Range, is_range_field
+
+
+@dataclass
+class SystemConfig:
+    """A periodic PDE on [0, L)^d solved pseudo-spectrally (see `dynaforge.systems.pde.spectral`)."""
+
+    name: str = "burgers"
+    """Which system: one of `dynaforge.systems.SYSTEMS`."""
+    resolution: int = 256
+    """Grid points per axis."""
+    ndim: int = 1
+    """Spatial dimensions (1, 2 or 3; each system lists the ones it supports)."""
+    domain_length: Range = field(default_factory=lambda: Range(1.0, 1.0))
+    """Length L of the periodic domain (per sample)."""
+    dt: float = 0.01
+    """Inner time step of the solver."""
+    steps: int = 200
+    """Inner steps per trajectory."""
+    save_every: int = 1
+    """Keep every k-th inner step (the initial state is always kept)."""
+    order: int = 4
+    """Order of the exponential time differencing Runge-Kutta scheme: 1, 2, 3 or 4."""
+    dtype: Literal["float32", "float64"] = "float32"
+    """Precision of the solver state (the store always holds float32)."""
+    initial: InitialConfig = field(default_factory=InitialConfig)
+    """Initial-condition families and normalisation."""
+
+    def __post_init__(self) -> None:
+        if self.ndim not in (1, 2, 3):
+            raise ConfigError(f"ndim must be 1, 2 or 3, got {self.ndim}")
+        if self.resolution < 4:
+            raise ConfigError(f"resolution must be >= 4, got {self.resolution}")
+        if self.dt <= 0:
+            raise ConfigError(f"dt must be > 0, got {self.dt}")
+        if self.steps < 1 or self.save_every < 1:
+            raise ConfigError(f"steps and save_every must be >= 1, got {self.steps} and {self.save_every}")
+        if self.steps % self.save_every:
+            raise ConfigError(f"steps ({self.steps}) must be a multiple of save_every ({self.save_every})")
+        if self.order not in (1, 2, 3, 4):
+            raise ConfigError(f"order must be 1, 2, 3 or 4, got {self.order}")
+        if self.domain_length.low <= 0:
+            raise ConfigError("domain_length must be > 0")
+
+    @property
+    def n_frames(self) -> int:
+        """Frames stored per trajectory, the initial one included."""
+        return self.steps // self.save_every + 1
+
+    def parameter_names(self) -> tuple[str, ...]:
+        """Names of the per-sample physical parameters (every `Range` field), in storage order."""
+        return tuple(f.name for f in dataclasses.fields(self) if is_range_field(type(self), f.name))
+
+
+@dataclass
+class HeatConfig(SystemConfig):
+    """u_t = nu * laplacian(u)."""
+
+    name: str = "heat"
+    diffusivity: Range = field(default_factory=lambda: Range(0.01, 0.01))
+    """Diffusion coefficient nu."""
+
+
+@dataclass
+class AdvectionConfig(SystemConfig):
+    """u_t + c u_x = 0 (c along every axis in more than one dimension)."""
+
+    name: str = "advection"
+    speed: Range = field(default_factory=lambda: Range(1.0, 1.0))
+    """Transport speed c."""
+
+
+@dataclass
+class BurgersConfig(SystemConfig):
+    """u_t + u u_x = nu u_xx."""
+
+    name: str = "burgers"
+    viscosity: Range = field(default_factory=lambda: Range(0.01, 0.01))
+    """Kinematic viscosity nu."""
+
+
+@dataclass
+class KSConfig(SystemConfig):
+    """u_t + u u_x + u_xx + u_xxxx = 0 (Kuramoto-Sivashinsky)."""
+
+    name: str = "ks"
+    domain_length: Range = field(default_factory=lambda: Range(100.0, 100.0))
+    resolution: int = 200
+    dt: float = 0.1
+    steps: int = 500
+
+
+@dataclass
+class NavierStokesConfig(SystemConfig):
+    """Incompressible Navier-Stokes in vorticity form on [0, L)^2:
+
+    w_t + u . grad(w) = nu laplacian(w) - drag w + f,  u = (psi_y, -psi_x),  laplacian(psi) = -w,
+    with Kolmogorov forcing f = -A k_f cos(k_f y), the curl of the body force (A sin(k_f y), 0),
+    k_f = 2 pi forcing_wavenumber / L.
+    """
+
+    name: str = "navier_stokes"
+    ndim: int = 2
+    resolution: int = 128
+    domain_length: Range = field(default_factory=lambda: Range(2 * 3.141592653589793, 2 * 3.141592653589793))
+    dt: float = 0.01
+    viscosity: Range = field(default_factory=lambda: Range(1e-3, 1e-3))
+    """Kinematic viscosity nu."""
+    drag: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    """Linear (Rayleigh) drag coefficient; 0 switches it off."""
+    forcing_amplitude: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    """Amplitude A of the Kolmogorov body force; 0 switches it off."""
+    forcing_wavenumber: int = 4
+    """Integer wavenumber of the Kolmogorov forcing along y."""
+
+
+@dataclass
+class GrayScottConfig(SystemConfig):
+    """Gray-Scott reaction-diffusion, channels (u, v):
+
+    u_t = D_u laplacian(u) - u v^2 + F (1 - u),  v_t = D_v laplacian(v) + u v^2 - (F + k) v.
+    Defaults follow Pearson (1993): L = 2.5, D_u = 2e-5, D_v = 1e-5, dt = 1, with (F, k) = (0.03, 0.055),
+    where spots and stripes persist (at many (F, k) the pattern dies out to the trivial state u = 1, v = 0).
+    """
+
+    name: str = "gray_scott"
+    ndim: int = 2
+    resolution: int = 128
+    domain_length: Range = field(default_factory=lambda: Range(2.5, 2.5))
+    dt: float = 1.0
+    steps: int = 1000
+    save_every: int = 10
+    feed: Range = field(default_factory=lambda: Range(0.03, 0.03))
+    """Feed rate F."""
+    kill: Range = field(default_factory=lambda: Range(0.055, 0.055))
+    """Kill rate k."""
+    diffusion_u: Range = field(default_factory=lambda: Range(2e-5, 2e-5))
+    """Diffusion coefficient of u."""
+    diffusion_v: Range = field(default_factory=lambda: Range(1e-5, 1e-5))
+    """Diffusion coefficient of v."""
+    initial: InitialConfig = field(default_factory=lambda: InitialConfig(families={"blobs": 1.0}))
+
+
+@dataclass
+class KS2DConfig(SystemConfig):
+    """Kuramoto-Sivashinsky in its scalar (gradient) form, any dimension:
+    h_t + laplacian(h) + laplacian^2(h) + |grad h|^2 / 2 = 0."""
+
+    name: str = "ks2d"
+    ndim: int = 2
+    resolution: int = 64
+    domain_length: Range = field(default_factory=lambda: Range(32.0, 32.0))
+    dt: float = 0.05
+    steps: int = 400
+
+
+@dataclass
+class ParameterSpec:
+    """One dimension of a sampled parameter space; a unit-cube coordinate q in [0, 1) maps to a value.
+
+    - `int`: integers low..high inclusive, equal mass each (floor(low + q (high - low + 1))).
+    - `real`: low + q (high - low), or log-uniform when `log`.
+    - `choice`: one of `choices` (name -> weight), by inverse CDF over the weights in the listed order.
+    - `bool`: true when q < probability.
+    """
+
+    kind: Literal["int", "real", "choice", "bool"] = "real"
+    """Type of the parameter."""
+    low: float = 0.0
+    """`int`/`real`: smallest value."""
+    high: float = 1.0
+    """`int`/`real`: largest value."""
+    log: bool = False
+    """`real`: log-uniform (needs low > 0)."""
+    choices: dict[str, float] = field(default_factory=dict)
+    """`choice`: option -> weight (non-negative, positive sum)."""
+    probability: float = 0.5
+    """`bool`: probability of true."""
+
+    def __post_init__(self) -> None:
+        if self.kind in ("int", "real") and self.low > self.high:
+            raise ConfigError(f"low ({self.low}) must not exceed high ({self.high})")
+        if self.kind == "int" and (self.low != int(self.low) or self.high != int(self.high)):
+            raise ConfigError(f"an int parameter needs integer bounds, got [{self.low}, {self.high}]")
+        if self.kind == "real" and self.log and self.low <= 0:
+            raise ConfigError(f"a log-scaled parameter needs low > 0, got {self.low}")
+        if self.kind == "choice" and (
+            not self.choices or any(w < 0 for w in self.choices.values()) or sum(self.choices.values()) <= 0
+        ):
+            raise ConfigError(
+                f"a choice needs options with non-negative weights, positive sum: {self.choices}"
+            )
+        if self.kind == "bool" and not 0.0 <= self.probability <= 1.0:
+            raise ConfigError(f"probability must be in [0, 1], got {self.probability}")
+
+
+def _int_spec(low: int, high: int) -> ParameterSpec:
+    return ParameterSpec(kind="int", low=float(low), high=float(high))
+
+
+def _choice_spec(**weights: float) -> ParameterSpec:
+    return ParameterSpec(kind="choice", choices=dict(weights))
+
+
+def _real_spec(low: float, high: float, log: bool = False) -> ParameterSpec:
+    return ParameterSpec(kind="real", low=low, high=high, log=log)
+
+
+@dataclass
+class OperatorSpace:
+    """The parameter space of random CNN operators; each field is one Sobol dimension, in this order.
+
+    An operator is: stem conv (C -> stem_width, then activation); `depth` layers, layer l a
+    kernel_size x kernel_size conv to min(stem_width * 2^(l+1), width_cap) channels, normalisation,
+    activation (a `residual` block adds its input back when the width is unchanged); a 1x1 conv back to C;
+    plus Gaussian noise of std noise_scale per output value. See `dynaforge.systems.random_cnn`.
+    """
+
+    depth: ParameterSpec = field(default_factory=lambda: _int_spec(2, 3))
+    """Number of hidden conv layers after the stem (2..N)."""
+    stem_width: ParameterSpec = field(default_factory=lambda: _choice_spec(**{"16": 1.0, "32": 1.0}))
+    """Channels after the stem."""
+    width_cap: ParameterSpec = field(default_factory=lambda: _choice_spec(**{"64": 1.0}))
+    """Largest hidden width (layers double the width until they reach it)."""
+    kernel_size: ParameterSpec = field(default_factory=lambda: _choice_spec(**{"3": 2.0, "5": 1.0}))
+    """Odd spatial kernel size of the stem and hidden convs (periodic padding)."""
+    block: ParameterSpec = field(default_factory=lambda: _choice_spec(conv=1.0, residual=1.0))
+    """Hidden layer type: `conv` or `residual`."""
+    norm: ParameterSpec = field(default_factory=lambda: _choice_spec(instance=1.0, group=1.0))
+    """Normalisation after each hidden conv: `instance`, or `group` (groups of 8 channels)."""
+    activation: ParameterSpec = field(default_factory=lambda: _choice_spec(gelu=1.0, silu=1.0, relu=1.0))
+    """Activation: `gelu`, `silu`, `relu` or `tanh`."""
+    weight_gain: ParameterSpec = field(default_factory=lambda: _real_spec(0.5, 2.0, log=True))
+    """Scale of the weights relative to a unit-variance (fan-in) initialisation."""
+    noise_scale: ParameterSpec = field(default_factory=lambda: _real_spec(1e-3, 1e-1, log=True))
+    """Standard deviation of the additive Gaussian noise on the operator output."""
+    policy: ParameterSpec = field(
+        default_factory=lambda: _choice_spec(autoregressive=1.0, residual=1.0, convex=1.0)
+    )
+    """Update: `autoregressive` x <- O(x), `residual` x <- x + dt O(x), `convex` x <- a x + (1 - a) O(x)."""
+    residual_dt: ParameterSpec = field(default_factory=lambda: _real_spec(0.05, 0.5, log=True))
+    """dt of the residual policy."""
+    convex_alpha: ParameterSpec = field(default_factory=lambda: _real_spec(0.5, 0.95))
+    """a of the convex policy."""
+
+
+@dataclass
+class RandomCNNConfig(SystemConfig):
+    """Random neural operators: each sampled operator (a stochastic CNN) is iterated from an initial field.
+
+    Trajectories are stored operator by operator, `realizations` consecutive rows each (same operator,
+    same initial field, independent noise). `n_train`/`n_val`/`n_test` and `shard_size` count rows and
+    must be multiples of `realizations`. `dt` only labels the frames (the residual policy has its own).
+    `order` and `domain_length` are unused but for the grid coordinates.
+    """
+
+    name: str = "random_cnn"
+    ndim: int = 2
+    resolution: int = 64
+    dt: float = 1.0
+    steps: int = 64
+    channels: int = 3
+    """Channels of the state (the operator maps C channels to C channels)."""
+    realizations: int = 3
+    """Stochastic realizations (noise streams) per operator."""
+    space: OperatorSpace = field(default_factory=OperatorSpace)
+    """The sampled parameter space (scrambled Sobol points)."""
+    initial: InitialConfig = field(
+        default_factory=lambda: InitialConfig(
+            families={"grf": 1.0, "multiscale": 1.0, "blobs": 1.0, "stripes": 1.0}, normalize="std"
+        )
+    )
+    precision: Literal["bfloat16", "float32"] = "bfloat16"
+    """Precision of the convolutions (the state and the noise stay float32)."""
+    channels_last: bool = True
+    """Run the grouped engine's convolutions in channels-last layout (the fused engine always does)."""
+    engine: Literal["fused", "grouped"] = "fused"
+    """`fused`: one operator at a time, its M realizations together, each layer's activations kept in cache
+    and its normalisation, activation and padding fused (fastest on CPU). `grouped`: K operators of an
+    architecture as one grouped convolution per layer (fewest kernel launches, the GPU layout)."""
+    compile: bool = True
+    """torch.compile the fused engine's step: one graph per architecture (about 10-20 s on first use,
+    cached on disk by torch), reused by all its operators. Off: the same step runs eagerly (slower)."""
+    max_group: int = 16
+    """Most operators of one architecture batched into one grouped convolution."""
+    memory_budget_gb: float = 4.0
+    """Memory a group's activations and trajectory buffer may use; bigger groups are split."""
+    features: bool = False
+    """Also compute per-trajectory summary features (stored as `features` with `feature_names`)."""
+    spectrum_bins: int = 8
+    """Radial bins of the power-spectrum features."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ndim != 2:
+            raise ConfigError(f"random_cnn runs in 2D only (ndim=2), got ndim={self.ndim}")
+        if self.channels < 1 or self.realizations < 1 or self.max_group < 1 or self.spectrum_bins < 1:
+            raise ConfigError("channels, realizations, max_group and spectrum_bins must be >= 1")
+        if self.memory_budget_gb <= 0:
+            raise ConfigError(f"memory_budget_gb must be > 0, got {self.memory_budget_gb}")

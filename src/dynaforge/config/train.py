@@ -1,0 +1,262 @@
+"""The `train` section: the training engine's switches, and its presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from dynaforge.config.base import ConfigError
+
+
+@dataclass
+class OptimizerConfig:
+    """The optimiser. Weight decay (`train.weight_decay`) never touches biases and norm scales.
+
+    - `adamw`, `adam`: fused kernels where the device has them (`fused: null`).
+    - `sgd`: with `momentum` (and optionally Nesterov momentum).
+    - `muon`: one optimiser object holding two: `torch.optim.Muon` for matrix-shaped weights (2D weights, and
+      convolution kernels seen as (out, in x kernel) matrices), AdamW for everything else (biases, norms,
+      embeddings, the FNO's spectral weights stored as real pairs unless `muon_spectral`, and parameters
+      whose names match `muon_exclude`). See `dynaforge.train.optim`.
+    """
+
+    name: Literal["adamw", "adam", "sgd", "muon"] = "adamw"
+    """Which optimiser."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """Adam(W) moment decay rates, two numbers (also the AdamW half of `muon`)."""
+    eps: float = 1e-8
+    """Adam(W) denominator guard."""
+    momentum: float = 0.9
+    """`sgd`: momentum factor (0 disables momentum)."""
+    nesterov: bool = False
+    """`sgd`: Nesterov momentum."""
+    fused: bool | None = None
+    """Fused Adam/AdamW/SGD kernels; null means wherever the device supports them."""
+    muon_lr: float | None = None
+    """`muon`: peak learning rate of the Muon half; null means `train.lr`."""
+    muon_momentum: float = 0.95
+    """`muon`: Muon's (Nesterov) momentum."""
+    muon_adjust_lr: Literal["match_rms_adamw", "original"] = "match_rms_adamw"
+    """`muon`: per-matrix lr scaling; `match_rms_adamw` (0.2 sqrt(max(A, B))) lets Muon reuse AdamW's lr."""
+    muon_ns_steps: int = 5
+    """`muon`: Newton-Schulz iterations of the orthogonalisation."""
+    muon_spectral: bool = False
+    """`muon`: also give spectral weights (in, out, modes...) to Muon, as (in, out x modes) matrices."""
+    muon_exclude: list[str] = field(default_factory=list)
+    """`muon`: parameter-name patterns (fnmatch, e.g. `lift.*`) kept on AdamW even when matrix-shaped."""
+
+    def __post_init__(self) -> None:
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"betas must lie in [0, 1), got {self.betas}")
+        if self.eps <= 0 or self.momentum < 0 or self.muon_momentum < 0:
+            raise ConfigError("eps must be > 0, momentum and muon_momentum >= 0")
+        if self.muon_lr is not None and self.muon_lr <= 0:
+            raise ConfigError(f"muon_lr must be > 0 or null, got {self.muon_lr}")
+        if self.muon_ns_steps < 1:
+            raise ConfigError(f"muon_ns_steps must be >= 1, got {self.muon_ns_steps}")
+        if self.nesterov and self.momentum == 0:
+            raise ConfigError("nesterov needs momentum > 0")
+
+
+@dataclass
+class ScheduleConfig:
+    """The learning-rate schedule: a linear warmup, then one of four shapes, as a multiple of the peak lr.
+
+    Counted in `interval`s (optimiser steps or epochs). Warmup lasts `warmup_fraction` of all intervals.
+    - `constant`: 1 after warmup.
+    - `step`: multiplied by `gamma` every `step_size` intervals after warmup.
+    - `cosine`: from 1 down to `min_lr_ratio` at the end of training.
+    - `plateau`: multiplied by `factor` when the validation loss has not improved (by a relative
+      `threshold`) for `patience` epochs; never below `min_lr_ratio`.
+    """
+
+    name: Literal["cosine", "constant", "step", "plateau"] = "cosine"
+    """Shape after the warmup."""
+    interval: Literal["step", "epoch"] = "step"
+    """Advance the schedule once per optimiser step or once per epoch."""
+    warmup_fraction: float = 0.05
+    """Share of all intervals spent warming the lr up linearly from (nearly) zero."""
+    min_lr_ratio: float = 0.0
+    """`cosine`: final lr, `plateau`: floor, as a fraction of the peak lr."""
+    step_size: int = 1
+    """`step`: intervals between decays."""
+    gamma: float = 0.5
+    """`step`: decay factor."""
+    patience: int = 2
+    """`plateau`: epochs without improvement before a decay."""
+    factor: float = 0.5
+    """`plateau`: decay factor."""
+    threshold: float = 1e-4
+    """`plateau`: an improvement must beat the best loss by this relative amount."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.warmup_fraction < 1:
+            raise ConfigError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.step_size < 1 or self.patience < 0:
+            raise ConfigError("step_size must be >= 1 and patience >= 0")
+        if not (0 < self.gamma <= 1 and 0 < self.factor <= 1) or self.threshold < 0:
+            raise ConfigError("gamma and factor must be in (0, 1], threshold >= 0")
+
+
+@dataclass
+class CompileConfig:
+    """`torch.compile` of the model; if compilation fails the run falls back to eager (logged)."""
+
+    enabled: bool = False
+    """Compile the model's forward (and its backward)."""
+    mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
+    """torch.compile mode."""
+    backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
+    """torch.compile backend (`aot_eager` and `eager` are for debugging: no code generation)."""
+    dynamic: bool | None = None
+    """Dynamic shapes: null lets torch decide, false specialises on every new shape."""
+
+
+@dataclass
+class CudaGraphConfig:
+    """Capture the whole training step (forward, backward, clip, optimiser, EMA) in a CUDA graph.
+
+    CUDA only: after `warmup` eager steps on a side stream the step is captured once and replayed on
+    static input buffers; batches of another shape (the last, partial one) run eagerly. Needs
+    `optimizer.name` adam or adamw, `accumulate` 1, one process and fp32 or bf16; otherwise, or when
+    capture fails, the run stays eager and says why in the log. Ignored on CPU.
+    """
+
+    enabled: bool = False
+    """Capture the step on CUDA."""
+    warmup: int = 3
+    """Eager steps before capture (lets lazy state such as optimiser moments be allocated)."""
+
+    def __post_init__(self) -> None:
+        if self.warmup < 1:
+            raise ConfigError(f"warmup must be >= 1, got {self.warmup}")
+
+
+@dataclass
+class EMAConfig:
+    """An exponential moving average of the weights, updated after every optimiser step."""
+
+    decay: float = 0.0
+    """Weight of the old average per step (e.g. 0.999); 0 switches the EMA off."""
+    warmup: bool = True
+    """Use min(decay, (1 + n) / (10 + n)) at update n, so that early averages forget the initial weights."""
+    evaluate: bool = True
+    """Validate with the EMA weights and save them as the checkpoint's `model` (evaluation and best.pt)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.decay < 1:
+            raise ConfigError(f"decay must be in [0, 1), got {self.decay}")
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases logging (the optional `wandb` extra: pip install 'dynaforge[wandb]')."""
+
+    enabled: bool = False
+    """Log to W&B besides metrics.jsonl."""
+    project: str = "dynaforge"
+    """W&B project."""
+    entity: str | None = None
+    """W&B entity (team or user); null uses the default of the W&B login."""
+    group: str | None = None
+    """Group runs together (e.g. the trials of one study)."""
+    name: str | None = None
+    """Run name; null uses the run folder's name."""
+    tags: list[str] = field(default_factory=list)
+    """Tags of the run."""
+    mode: Literal["auto", "online", "offline"] = "auto"
+    """`auto`: online when an API key is configured (WANDB_API_KEY or `wandb login`), else offline."""
+    log_checkpoints: bool = False
+    """Upload checkpoints/last.pt as a W&B `model` artifact after every epoch (aliases `latest`,
+    `epoch-N`, and `best` when the epoch improved); `dynaforge train --resume-from-artifact` continues
+    from one."""
+
+
+@dataclass
+class TrainConfig:
+    """The training loop: optimiser, schedule, precision, compilation, the step, checkpoints and logging.
+
+    `preset` fills in switches before the file's and command line's own values (which always win):
+    - `debug`: deterministic algorithms, fp32, eager, a log line per step, stop at the first non-finite step.
+    - `default`: the field defaults below (fp32, eager, portable).
+    - `fast`: bf16 autocast, torch.compile, CUDA-graph capture of the step on CUDA, a log line per 100 steps.
+    """
+
+    preset: Literal["debug", "default", "fast"] = "default"
+    """Switch set applied beneath explicit values (see the class docstring)."""
+    epochs: int = 10
+    """Passes over the training windows."""
+    lr: float = 1e-3
+    """Peak learning rate (reached at the end of the warmup)."""
+    weight_decay: float = 1e-4
+    """Decoupled weight decay (SGD: L2 penalty); never applied to biases and other 1D parameters."""
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """The optimiser."""
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    """The learning-rate schedule."""
+    grad_clip: float | None = 1.0
+    """Clip the global gradient norm to this value; null disables clipping (the norm is logged anyway)."""
+    accumulate: int = 1
+    """Micro-batches of `data.batch_size` whose gradients are summed per optimiser step."""
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """fp32; bf16 autocast (CPU and GPU); fp16 autocast with a gradient scaler (CUDA only). FFTs and
+    losses always run in fp32."""
+    compile: CompileConfig = field(default_factory=CompileConfig)
+    """torch.compile of the model."""
+    cuda_graph: CudaGraphConfig = field(default_factory=CudaGraphConfig)
+    """CUDA-graph capture of the whole step (CUDA only)."""
+    ema: EMAConfig = field(default_factory=EMAConfig)
+    """Exponential moving average of the weights."""
+    max_bad_steps: int = 10
+    """Steps with a non-finite loss or gradient are skipped and counted; this many in a row stop the run."""
+    loss: Literal["mse", "relative_l2"] = "mse"
+    """Training loss on normalised frames: mean squared error or relative L2 per sample."""
+    rollout_steps: int = 1
+    """Model calls unrolled autoregressively per window; the loss covers every predicted frame."""
+    log_every: int = 50
+    """Optimiser steps per logging window (one line of metrics.jsonl, one read of device metrics)."""
+    checkpoint_every: int = 0
+    """Also write checkpoints/last.pt every this many optimiser steps (0: at the end of each epoch only)."""
+    deterministic: bool = False
+    """Deterministic algorithms and cuDNN settings, for bitwise-reproducible runs (slower)."""
+    seed: int = 0
+    """Seed of the weight initialisation, the data order and every random generator."""
+    device: str = "auto"
+    """Where to train: `cpu`, `cuda`, `cuda:1` or `auto` (under torchrun: this rank's GPU)."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Optional Weights & Biases logging."""
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "rollout_steps", "log_every", "accumulate", "max_bad_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ConfigError(f"grad_clip must be > 0 or null, got {self.grad_clip}")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
+
+
+TRAIN_PRESETS: dict[str, dict[str, Any]] = {
+    "debug": {
+        "deterministic": True,
+        "precision": "fp32",
+        "compile": {"enabled": False},
+        "cuda_graph": {"enabled": False},
+        "log_every": 1,
+        "max_bad_steps": 1,
+    },
+    "default": {},
+    "fast": {
+        "precision": "bf16",
+        "compile": {"enabled": True},
+        "cuda_graph": {"enabled": True},
+        "log_every": 100,
+    },
+}
+"""`train.preset` name -> train-section values applied beneath the config's own (see `TrainConfig`)."""
