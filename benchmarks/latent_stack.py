@@ -101,6 +101,7 @@ from dynaforge.models.latent_stack import (
 from dynaforge.models.registry import model_from_checkpoint
 from dynaforge.runs import load_checkpoint
 from dynaforge.store import DatasetFolder
+from dynaforge.train import window_engine
 from dynaforge.train.losses import mse_loss
 from dynaforge.train.stages import (
     CorrectorTask,
@@ -111,7 +112,6 @@ from dynaforge.train.stages import (
     model_scale,
     run_stages,
 )
-from dynaforge.train.trainer import Trainer
 from machine import load_note
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,13 +217,13 @@ def train_fno_for(base: Config, data: Path, work: Path, seconds: float) -> tuple
         lines = [json.loads(line) for line in (work / "fno" / "metrics.jsonl").read_text().splitlines()]
         took = sum(r["epoch_time"] for r in lines if r.get("kind") == "epoch")
         return model_from_checkpoint(state).eval(), int(state["config"]["train"]["epochs"]), took
-    probe = Trainer(fno_config(base, 1), data, work / "fno-probe", progress=False)
+    probe = window_engine(fno_config(base, 1), data, work / "fno-probe", progress=False)
     started = time.perf_counter()
     probe.fit()
     epoch_seconds = time.perf_counter() - started
     epochs = max(1, round(seconds / epoch_seconds))
     started = time.perf_counter()
-    Trainer(fno_config(base, epochs), data, work / "fno", progress=False).fit()
+    window_engine(fno_config(base, epochs), data, work / "fno", progress=False).fit()
     took = time.perf_counter() - started
     model = model_from_checkpoint(load_checkpoint(work / "fno" / "checkpoints" / "best.pt")).eval()
     return model, epochs, took

@@ -41,7 +41,7 @@ Trainers:
 - neuraloperator's `Trainer.train` with its FNO (evaluating a validation loader every epoch, its default);
 - a plain eager PyTorch loop on dynaforge's FNO (zero_grad, forward, loss, backward, step; a validation pass
   per epoch), fp32;
-- dynaforge's `Trainer.fit`, driven through its public config: eager fp32, and bf16 autocast
+- dynaforge's training engine (`Engine.fit` with a `WindowTask`), driven through its public config: eager fp32, and bf16 autocast
   (`train.precision=bf16`; the spectral convolutions stay fp32), torch.compile (`train.compile.enabled=true`,
   mode default, inductor) and both, where the config has those keys (a variant whose key is missing is
   recorded as skipped); and two ablations: eager fp32 with the rfft/irfft path
@@ -105,7 +105,7 @@ from dynaforge.generate import generate
 from dynaforge.metrics.fields import relative_l2_per_frame
 from dynaforge.models import ModelInput, ModelShape, build_model
 from dynaforge.store import DatasetFolder
-from dynaforge.train import Trainer
+from dynaforge.train import Engine, WindowTask
 from machine import load_note
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_fno.json"
@@ -563,17 +563,6 @@ def run_plain(setup: Setup, data: Data, seed: int, turns: Turns) -> Curve:
 # (c) dynaforge
 
 
-class ClockedTrainer(Trainer):
-    """dynaforge's Trainer; after its own validation each epoch, the benchmark's paused test evaluation."""
-
-    clock: Clock
-
-    def validate(self, *args: Any, **kwargs: Any) -> Any:
-        value = super().validate(*args, **kwargs)
-        self.clock.epoch_end(self.model)
-        return value
-
-
 def dynaforge_config(setup: Setup, variant: DynaforgeVariant, seed: int) -> Config:
     """The variant's config; ConfigError when this dynaforge lacks one of its keys."""
     base = setup.dataset_overrides() + setup.training_overrides(seed)
@@ -592,9 +581,11 @@ def run_dynaforge(setup: Setup, data: Data, seed: int, variant: DynaforgeVariant
     turns.wait(curve.trainer)
     config = dynaforge_config(setup, variant, seed)
     with tempfile.TemporaryDirectory(prefix="train_fno_run_") as run:
-        trainer = ClockedTrainer(config, data.root, run, progress=False)
-        trainer.clock = Clock(curve, predict_dynaforge, data, setup.cap_seconds, turns)
-        trainer.clock.start()
+        clock = Clock(curve, predict_dynaforge, data, setup.cap_seconds, turns)
+        trainer = Engine(config, WindowTask(config, data.root), run, progress=False)
+        # after each epoch's own validation and checkpoints: the benchmark's paused test evaluation
+        trainer.callbacks.append(lambda epoch, metrics: clock.epoch_end(trainer.model))
+        clock.start()
         try:
             trainer.fit()
         except WallCapReached as stop:

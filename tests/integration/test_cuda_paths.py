@@ -11,7 +11,7 @@ import torch
 
 from dynaforge.config import load_config
 from dynaforge.runs import load_checkpoint
-from dynaforge.train import Trainer, train
+from dynaforge.train import train, window_engine
 from dynaforge.train.capture import release_memory_if_short
 from dynaforge.train.log import read_metrics
 
@@ -32,7 +32,7 @@ def test_captured_step_trains_like_the_eager_step(
     common = [*ON_GPU, "data.batch_size=8", "train.ema.decay=0.9", "train.log_every=1"]
     graph_config = load_config(TINY, [*common, "train.cuda_graph.enabled=true", "train.cuda_graph.warmup=2"])
     with caplog.at_level(logging.INFO):
-        trainer = Trainer(graph_config, tiny_data, tmp_path / "graph", progress=False)
+        trainer = window_engine(graph_config, tiny_data, tmp_path / "graph", progress=False)
         trainer.fit()
     assert "training step captured in a CUDA graph after 2 warmup steps" in caplog.text
     assert trainer.graph is not None and trainer.graph.graph is not None and not trainer.graph.failed
@@ -55,7 +55,7 @@ def test_fp16_trains_with_a_gradient_scaler(tiny_data: Path, tmp_path: Path) -> 
 
 
 def test_batches_are_pinned_and_copied_without_blocking(tiny_data: Path, tmp_path: Path) -> None:
-    trainer = Trainer(load_config(TINY, ON_GPU), tiny_data, tmp_path / "run", progress=False)
+    trainer = window_engine(load_config(TINY, ON_GPU), tiny_data, tmp_path / "run", progress=False)
     assert trainer.train_loader.pin_memory
     batch = next(iter(trainer.train_loader))
     assert batch.inputs.is_pinned()
@@ -90,6 +90,6 @@ def test_resume_on_cuda_restores_every_generator(tiny_data: Path, tmp_path: Path
     train(config, tiny_data, tmp_path / "run", progress=False)
     state = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt", map_location="cuda")
     assert "cuda" in state["rng"][0]
-    trainer = Trainer(config, tiny_data, tmp_path / "run", progress=False, resume=True)
+    trainer = window_engine(config, tiny_data, tmp_path / "run", progress=False, resume=True)
     trainer.fit()  # a finished run: restores and returns
     assert trainer.step == state["step"]

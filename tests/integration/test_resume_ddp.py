@@ -23,7 +23,7 @@ from dynaforge.cli import main
 from dynaforge.config import load_config
 from dynaforge.pipeline import run_pipeline
 from dynaforge.runs import load_checkpoint
-from dynaforge.train import Trainer
+from dynaforge.train import Engine
 from dynaforge.train.log import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,16 +52,16 @@ def killed_training(data: Path, out: Path, threads: int = 1) -> None:
         f"""
         import os, signal, sys
         from dynaforge.cli import main
-        from dynaforge.train.trainer import Trainer
+        from dynaforge.train.engine import Engine
 
-        count_step = Trainer.count_step
+        count_step = Engine.count_step
 
         def count_then_die(self):
             count_step(self)
             if self.step == {KILL_AT_STEP}:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        Trainer.count_step = count_then_die
+        Engine.count_step = count_then_die
         sys.exit(main(sys.argv[1:]))
         """
     )
@@ -192,18 +192,18 @@ def test_resume_refuses_another_config_and_fresh_training_refuses_an_existing_ru
 
 def test_run_resumes_an_unfinished_train_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = load_config(TINY, ["train.epochs=2"])
-    count_step = Trainer.count_step
+    count_step = Engine.count_step
 
-    def interrupt_in_epoch_two(self: Trainer) -> None:
+    def interrupt_in_epoch_two(self: Engine) -> None:
         count_step(self)
         if self.step == 7:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(Trainer, "count_step", interrupt_in_epoch_two)
+    monkeypatch.setattr(Engine, "count_step", interrupt_in_epoch_two)
     with pytest.raises(KeyboardInterrupt):
         run_pipeline(config, tmp_path, progress=False)
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["step"] == 5
-    monkeypatch.setattr(Trainer, "count_step", count_step)
+    monkeypatch.setattr(Engine, "count_step", count_step)
     report = run_pipeline(config, tmp_path, progress=False)
     assert report.exists()
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")

@@ -19,9 +19,9 @@ from dynaforge.config import load_config
 from dynaforge.errors import RunError
 from dynaforge.models import model_from_checkpoint
 from dynaforge.runs import load_checkpoint
-from dynaforge.train import Trainer, train
+from dynaforge.train import Engine, train, window_engine
+from dynaforge.train.engine import TrainingDiverged
 from dynaforge.train.log import read_metrics
-from dynaforge.train.trainer import TrainingDiverged
 from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,9 +56,9 @@ def test_four_micro_batches_accumulate_to_one_batch_four_times_larger(
     assert four.last_val_loss == pytest.approx(one.last_val_loss, rel=1e-5)
 
 
-def poison_losses(trainer: Trainer, bad_steps: set[int]) -> list[dict[str, torch.Tensor]]:
+def poison_losses(trainer: Engine, bad_steps: set[int]) -> list[dict[str, torch.Tensor]]:
     """Make the training loss NaN at the given optimiser steps (1-based); returns weights after each step."""
-    loss_fn, count_step = trainer.loss_fn, trainer.count_step
+    loss_fn, count_step = trainer.task.loss_fn, trainer.count_step
     snapshots: list[dict[str, torch.Tensor]] = [{k: v.clone() for k, v in trainer.model.state_dict().items()}]
 
     def poisoned(predicted: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -71,7 +71,7 @@ def poison_losses(trainer: Trainer, bad_steps: set[int]) -> list[dict[str, torch
         count_step()
         snapshots.append({k: v.clone() for k, v in trainer.model.state_dict().items()})
 
-    trainer.loss_fn = poisoned  # type: ignore[method-assign]
+    trainer.task.loss_fn = poisoned  # type: ignore[attr-defined]
     trainer.count_step = counted  # type: ignore[method-assign]
     return snapshots
 
@@ -79,7 +79,7 @@ def poison_losses(trainer: Trainer, bad_steps: set[int]) -> list[dict[str, torch
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 def test_non_finite_steps_are_skipped_and_counted(tiny_data: Path, tmp_path: Path, optimizer: str) -> None:
     config = load_config(TINY, ["train.epochs=1", "train.log_every=1", f"train.optimizer.name={optimizer}"])
-    trainer = Trainer(config, tiny_data, tmp_path / "run", progress=False)
+    trainer = window_engine(config, tiny_data, tmp_path / "run", progress=False)
     snapshots = poison_losses(trainer, bad_steps={2, 3})
     summary = trainer.fit()
     assert summary.skipped_steps == 2 and summary.steps == 5
@@ -93,7 +93,7 @@ def test_non_finite_steps_are_skipped_and_counted(tiny_data: Path, tmp_path: Pat
 
 def test_too_many_bad_steps_in_a_row_stop_with_a_clear_message(tiny_data: Path, tmp_path: Path) -> None:
     config = load_config(TINY, ["train.epochs=1", "train.log_every=1", "train.max_bad_steps=3"])
-    trainer = Trainer(config, tiny_data, tmp_path / "run", progress=False)
+    trainer = window_engine(config, tiny_data, tmp_path / "run", progress=False)
     poison_losses(trainer, bad_steps={2, 3, 4, 5})
     with pytest.raises(TrainingDiverged, match=r"3 optimiser steps in a row .* train\.max_bad_steps=3"):
         trainer.fit()
@@ -138,7 +138,7 @@ class SyncRecorder(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def record_step_path_syncs(trainer: Trainer, recorder: SyncRecorder) -> None:
+def record_step_path_syncs(trainer: Engine, recorder: SyncRecorder) -> None:
     for name in STEP_PATH:
         method = getattr(trainer, name)
 
@@ -164,7 +164,7 @@ def test_the_step_path_reads_nothing_back_to_the_host(
     tiny_data: Path, tmp_path: Path, overrides: list[str]
 ) -> None:
     config = load_config(TINY, ["train.epochs=2", "train.log_every=3", *overrides])
-    trainer = Trainer(config, tiny_data, tmp_path / "run", progress=False)
+    trainer = window_engine(config, tiny_data, tmp_path / "run", progress=False)
     recorder = SyncRecorder()
     record_step_path_syncs(trainer, recorder)
     with recorder:
@@ -174,7 +174,9 @@ def test_the_step_path_reads_nothing_back_to_the_host(
 
 def test_the_sync_recorder_catches_an_item_in_the_step(tiny_data: Path, tmp_path: Path) -> None:
     """The control of the test above: one `.item()` slipped into the step is caught."""
-    trainer = Trainer(load_config(TINY, ["train.epochs=1"]), tiny_data, tmp_path / "run", progress=False)
+    trainer = window_engine(
+        load_config(TINY, ["train.epochs=1"]), tiny_data, tmp_path / "run", progress=False
+    )
     clip = trainer.clip_gradients
 
     def clip_and_peek() -> torch.Tensor:
@@ -197,7 +199,7 @@ def test_compile_failure_falls_back_to_eager_with_a_log_line(
         def forward(self, *args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("inductor: no C++ compiler")
 
-    monkeypatch.setattr("dynaforge.train.trainer.compile_model", lambda model, config: Broken())
+    monkeypatch.setattr("dynaforge.train.window.compile_model", lambda model, config: Broken())
     config = load_config(TINY, ["train.epochs=1", "train.compile.enabled=true"])
     with caplog.at_level(logging.WARNING):
         summary = train(config, tiny_data, tmp_path / "compiled", progress=False)

@@ -20,7 +20,7 @@ steady_prior         conditional flow matching of long-time states (the last fra
                      given the parameters; chosen by the log10 energy-spectrum distance (energetic shells)
                      between generated and true validation states
 
-Each stage trains with the shared loop (`dynaforge.train.trainer.Trainer` and a `TrainTask`) into its own
+Each stage trains with the engine (`dynaforge.train.engine.Engine`, a windows task) into its own
 run folder RUN/<stage>/ (config.yaml with the stage's resolved config, metrics.jsonl, checkpoints/), so
 every checkpoint carries the config and shape its model is rebuilt from. RUN/stages.json records each
 stage's status, written atomically: a rerun skips `done` stages and resumes a `running` one from its
@@ -72,8 +72,10 @@ from dynaforge.models.registry import model_from_checkpoint
 from dynaforge.runs import load_checkpoint, run_folder, training_differences
 from dynaforge.store import DatasetFolder
 from dynaforge.store.format import SplitArrays
+from dynaforge.train.engine import Engine, TrainSummary
 from dynaforge.train.losses import mse_loss
-from dynaforge.train.trainer import Trainer, TrainSummary
+from dynaforge.train.task import StepLoss
+from dynaforge.train.window import WindowTask
 
 log = logging.getLogger(__name__)
 
@@ -173,11 +175,29 @@ def flow_matching_loss(model: nn.Module, target: Tensor, condition: Tensor, para
 # ---- the tasks the shared training loop runs ---------------------------------------------------------
 
 
-class OperatorTask:
+class StageTask(WindowTask):
+    """A stage of the stack: windows of the stage's own data (conditions included), its loss and metric.
+    Stages train eagerly (torch.compile checks the plain windows rollout, not a stage's loss)."""
+
+    capturable = False
+
+    def __init__(self, config: Config, data: StageData) -> None:
+        super().__init__(config, data.root)
+        self.data = data
+
+    def compiled(self, model: nn.Module) -> nn.Module | None:
+        log.info("torch.compile is off for the stack's stages")
+        return None
+
+    def checkpoint_extras(self) -> dict[str, Any]:
+        return {**super().checkpoint_extras(), **self.data.extras()}
+
+
+class OperatorTask(StageTask):
     """Stage `operator` (see the module docstring)."""
 
     def __init__(self, config: Config, data: StageData) -> None:
-        self.config, self.data = config, data
+        super().__init__(config, data)
         self.stage = config.stages.operator
         history, horizon = config.data.history, config.data.horizon
         calls = min(self.stage.val_rollout, data.max_targets(history) // horizon)
@@ -191,7 +211,7 @@ class OperatorTask:
         targets = self.config.data.horizon * self.stage.rollout_steps
         return self.data.windows(split, self.config.data.history, targets)
 
-    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
+    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
         inputs, targets = batch[0], batch[1]
         predicted = conditioned_rollout(model, inputs, conditions_of(batch), self.stage.rollout_steps)
         horizon = self.config.data.horizon
@@ -200,7 +220,7 @@ class OperatorTask:
             loss = loss + self.stage.rollout_weight * mse_loss(predicted[:, horizon:], targets[:, horizon:])
         if self.stage.spectral_weight > 0:
             loss = loss + self.stage.spectral_weight * log_spectrum_loss(predicted, targets)
-        return loss
+        return StepLoss(loss, loss)
 
     def validate(self, model: nn.Module) -> float:
         """Mean nRMSE (normalised units) of `val_rollout`-call rollouts from evenly spaced val windows."""
@@ -211,9 +231,6 @@ class OperatorTask:
             predicted = conditioned_rollout(model, batch[0], conditions_of(batch), self.calls)
             errors.append(nrmse_per_sample(predicted.float(), batch[1]).mean(dim=(1, 2)))
         return float(torch.cat(errors).mean())
-
-    def checkpoint_extras(self) -> dict[str, Any]:
-        return self.data.extras()
 
 
 class RolloutResidual(NamedTuple):
@@ -243,7 +260,7 @@ def rollout_residual(operator_model: nn.Module, batch: tuple[Tensor, ...], inter
     return RolloutResidual(predicted[:, -1], previous, targets[:, interval - 1])
 
 
-class CorrectorTask:
+class CorrectorTask(StageTask):
     """Stage `diffusion_residual`: flow matching of (truth - k-step prediction) / scale (see
     `rollout_residual`). With `teacher`, stage `consistency_distill`: the student's few-step sample regresses
     the teacher's S-step sample of the same noise."""
@@ -260,7 +277,8 @@ class CorrectorTask:
         temperature: float = 1.0,
         spectral_weight: float = 0.0,
     ) -> None:
-        self.config, self.data, self.operator, self.teacher = config, data, operator, teacher
+        super().__init__(config, data)
+        self.operator, self.teacher = operator, teacher
         self.spectral_weight = spectral_weight
         self.sampler_steps, self.sampler, self.interval = sampler_steps, sampler, interval
         self.temperature = temperature
@@ -273,17 +291,19 @@ class CorrectorTask:
     def example(self, batch: tuple[Tensor, ...]) -> RolloutResidual:
         return rollout_residual(self.operator, batch, self.interval)
 
-    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
+    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
         example = self.example(batch)
         prediction, condition = example.prediction, example.condition
         params = batch[2]
         if self.teacher is None:
             residual = (example.truth - prediction) / model_scale(model)
-            return flow_matching_loss(model, residual, condition, params)
+            loss = flow_matching_loss(model, residual, condition, params)
+            return StepLoss(loss, loss)
         noise = self.temperature * torch.randn_like(prediction)
         target = distillation_target(self.teacher, noise, condition, params)
         student = integrate_flow(flow_velocity(model, condition, params), noise, self.sampler_steps, "euler")
-        return distillation_loss(student, target, self.spectral_weight)
+        loss = distillation_loss(student, target, self.spectral_weight)
+        return StepLoss(loss, loss)
 
     def validate(self, model: nn.Module) -> float:
         """Energy score of prediction + sampled residual against the truth (normalised units)."""
@@ -305,7 +325,7 @@ class CorrectorTask:
 
     def checkpoint_extras(self) -> dict[str, Any]:
         return {
-            **self.data.extras(),
+            **super().checkpoint_extras(),
             "sampler_steps": self.sampler_steps,
             "sampler": self.sampler,
             "interval": self.interval,
@@ -335,11 +355,11 @@ def distillation_target(teacher: Corrector, noise: Tensor, condition: Tensor, pa
         return integrate_flow(velocity, noise, teacher.steps, teacher.method)  # type: ignore[arg-type]
 
 
-class SteadyPriorTask:
+class SteadyPriorTask(StageTask):
     """Stage `steady_prior` (see the module docstring)."""
 
     def __init__(self, config: Config, data: StageData) -> None:
-        self.config, self.data = config, data
+        super().__init__(config, data)
         self.stage = config.stages.steady_prior
         self.val = self.dataset(data.folder, "val")
         self.val_indices = evenly_spaced(len(self.val), config.stages.val_windows)
@@ -351,10 +371,11 @@ class SteadyPriorTask:
             arrays.fields, self.data.normalizer, params, self.stage.last_frames, self.data.dt
         )
 
-    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
+    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
         state = batch[1][:, 0]
         empty = state.new_zeros((state.shape[0], 0, *state.shape[1:]))
-        return flow_matching_loss(model, state / model_scale(model), empty, batch[2])  # no condition frames
+        loss = flow_matching_loss(model, state / model_scale(model), empty, batch[2])  # no condition frames
+        return StepLoss(loss, loss)
 
     def validate(self, model: nn.Module) -> float:
         """Mean |log10 E_generated(k) - log10 E_true(k)| of the mean spectra of generated and true val
@@ -371,7 +392,7 @@ class SteadyPriorTask:
         return spectrum_distance(e_gen, e_true)
 
     def checkpoint_extras(self) -> dict[str, Any]:
-        return {**self.data.extras(), "sampler_steps": self.stage.sampler_steps, "sampler": "euler"}
+        return {**super().checkpoint_extras(), "sampler_steps": self.stage.sampler_steps, "sampler": "euler"}
 
 
 # ---- the stages --------------------------------------------------------------------------------------
@@ -417,14 +438,8 @@ def fit(
 ) -> TrainSummary:
     """Train `task` with the shared loop into RUN/<stage>/, resuming its last checkpoint if there is one;
     `start`: initial weights of a fresh (not resumed) run."""
-    trainer = Trainer(
-        config, context.data_root, context.folder(stage), progress=context.progress, resume=True, task=task
-    )
-    if start is not None and trainer.resume_from is None:
-        trainer.model.load_state_dict(start)
-        if trainer.ema is not None:
-            trainer.ema.module.load_state_dict(start)
-    return trainer.fit()
+    engine = Engine(config, task, context.folder(stage), progress=context.progress, resume=True, start=start)
+    return engine.fit()
 
 
 def frozen(model: nn.Module) -> nn.Module:

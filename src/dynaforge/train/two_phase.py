@@ -74,7 +74,7 @@ from dynaforge.train.checkpoint import restore_rng_state, rng_state
 from dynaforge.train.log import MetricsLog, WandbLogger, WindowMeter, environment
 from dynaforge.train.optim import build_optimizer, step_unless
 from dynaforge.train.schedule import build_scheduler, schedule_intervals
-from dynaforge.train.trainer import TrainingDiverged, seed_everything
+from dynaforge.train.engine import TrainingDiverged, seed_everything
 
 log = logging.getLogger(__name__)
 

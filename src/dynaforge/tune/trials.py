@@ -1,9 +1,8 @@
 """One trial: train the trial's config into its run folder, reporting to Optuna as training goes.
 
-Both trainers are used as they are, through a subclass that adds one thing at the point where a
-checkpoint has just been written: report the objective's value to the trial and stop (`TrialPruned`) when
-the pruner says so. A pruned trial therefore keeps a consistent run folder.
-- PDE surrogates (`dynaforge.train.Trainer`): one intermediate value per epoch.
+The trial reports the objective's value to Optuna at the point where a checkpoint has just been written,
+and stops (`TrialPruned`) when the pruner says so; a pruned trial therefore keeps a consistent run folder.
+- PDE surrogates: an engine callback (`Engine.callbacks`), one intermediate value per epoch.
 - The N-body step controller (`dynaforge.train.nbody_controller.Trainer`): one per evaluation
   (`timestepper.eval_every` steps), at optimiser step `step`.
 """
@@ -19,9 +18,8 @@ from typing import Any
 import optuna
 
 from dynaforge.config import Config, ConfigError, TuneObjective
-from dynaforge.train.log import read_metrics
+from dynaforge.train import window_engine
 from dynaforge.train.nbody_controller import Trainer as ControllerTrainer
-from dynaforge.train.trainer import Trainer
 
 Reporter = Callable[[int, Mapping[str, float]], None]
 """Called with (step, metrics so far) after each checkpointed evaluation; raises TrialPruned to stop."""
@@ -50,45 +48,6 @@ def reporter_for(trial: optuna.Trial, objectives: list[TuneObjective], reported:
     return report
 
 
-class PDETrialTrainer(Trainer):
-    """The PDE trainer, reporting `val_loss`, `best_val_loss` and `train_loss` after each epoch's checkpoint."""
-
-    def __init__(self, report: Reporter, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.report = report
-        self.last_train_loss = math.nan
-
-    def begin(self) -> None:
-        """Also report the epochs a resumed run had finished (a killed trial may not have reported them)."""
-        super().begin()
-        if self.resume_from is None:
-            return
-        best = math.inf
-        for record in read_metrics(self.run.metrics):
-            if record.get("kind") == "epoch" and record["epoch"] <= self.epoch:
-                best = min(best, record["val_loss"])
-                metrics = {"val_loss": record["val_loss"], "best_val_loss": best}
-                self.report(record["epoch"], metrics | {"train_loss": record["train_loss"]})
-
-    def log_epoch(self, epoch: int, seconds: float) -> None:
-        loss_sum, good_steps = self.meter.epoch.tolist()  # read before the checkpoint resets it
-        self.last_train_loss = loss_sum / good_steps if good_steps else math.nan
-        super().log_epoch(epoch, seconds)
-
-    def save_checkpoints(self, epochs_done: int) -> None:
-        at_epoch_end = self.batches_done == self.micro_batches
-        super().save_checkpoints(epochs_done)
-        if at_epoch_end:
-            self.report(epochs_done, self.epoch_metrics())
-
-    def epoch_metrics(self) -> dict[str, float]:
-        return {
-            "val_loss": self.val_loss,
-            "best_val_loss": self.best_val_loss,
-            "train_loss": self.last_train_loss,
-        }
-
-
 class ControllerTrialTrainer(ControllerTrainer):
     """The N-body controller trainer, reporting each evaluation's metrics (and `best_val_loss`)."""
 
@@ -106,15 +65,17 @@ class ControllerTrialTrainer(ControllerTrainer):
 def train_pde_trial(
     config: Config, data: Path, run: Path, report: Reporter, resume: bool
 ) -> dict[str, float]:
-    """Train a PDE trial (continuing `run` from its last checkpoint when `resume`); its final metrics."""
+    """Train a PDE trial (continuing `run` from its last checkpoint when `resume`), reporting each epoch's
+    `val_loss`, `best_val_loss` and `train_loss` through an engine callback; its final metrics."""
     started = time.perf_counter()
-    trainer = PDETrialTrainer(report, config, data, run, progress=False, resume=resume)
-    summary = trainer.fit()
+    engine = window_engine(config, data, run, progress=False, resume=resume)
+    engine.callbacks.append(report)
+    summary = engine.fit()
     return {
-        **trainer.epoch_metrics(),
-        "best_val_loss": summary.best_val_loss,
         "val_loss": summary.last_val_loss,
-        "parameters": float(sum(p.numel() for p in trainer.model.parameters())),
+        "best_val_loss": summary.best_val_loss,
+        "train_loss": engine.train_loss,
+        "parameters": float(sum(p.numel() for p in engine.model.parameters())),
         "seconds": time.perf_counter() - started,
     }
 

@@ -1,32 +1,27 @@
-"""The training loop. `Trainer.fit` is the loop, in order: forward, backward, clip, optimiser step, EMA,
-schedule, log, validate, checkpoint, each a named method; everything else is set-up.
+"""The training engine: one loop for every kind of training, and the task protocol it runs.
 
-Windows come from the dataset folder's train and val splits, normalised with the train statistics. With
-`train.rollout_steps` > 1 the model is unrolled autoregressively on its own predictions, and the loss
-covers every predicted frame (gradients flow through the whole unroll).
+`Engine.fit` is the loop, in order: for each micro-batch the task's loss, backward (and, at the end of an
+accumulation group) clip, optimiser step, EMA, schedule, count, log, checkpoint; at each epoch's end
+validate, schedule, log, checkpoint. Everything else is set-up. What one step computes is the task's
+(`Task`): surrogates on windows (`train/window.py`), the latent stack's stages (`train/stages.py`), two-phase
+training of energy models (`train/two_phase.py`) and the N-body step controller (`train/step_controller.py`).
+The engine never asks which task it runs; tuning attaches through callbacks (`EpochCallback`).
 
-What one optimiser step does (`train` config section):
-- `accumulate` micro-batches of `data.batch_size` windows: each loss is divided by the number of
-  micro-batches in its group, so the summed gradient is the gradient of the group's mean loss (exactly,
-  when the micro-batches are full; the epoch's last, partial micro-batch weighs as much as a full one);
+What one optimiser step does (the `train` config section):
+- `accumulate` micro-batches: each loss is divided by the number of micro-batches in its group, so the
+  summed gradient is the gradient of the group's mean loss;
 - the global gradient norm is measured (and logged) always, and clipped to `grad_clip` when set;
 - a step whose loss or gradient norm is not finite is skipped on the device (no host sync: see
-  `dynaforge.train.optim`) and counted; `max_bad_steps` skipped steps in a row stop the run (checked
-  when the logging window is read, so at most `log_every` steps later);
-- gradients are then freed (`zero_grad(set_to_none=True)`) and the EMA of the weights is updated.
+  `dynaforge.train.optim`) and counted; `max_bad_steps` skipped steps in a row stop the run (checked when
+  the logging window is read, so at most `log_every` steps later);
+- gradients are then freed and the EMA of the weights is updated.
 
 Host syncs: losses and gradient norms stay on the device and are read once per logging window
 (`log_every` steps) and once per epoch; the step path has none.
 
-Other training stages (`dynaforge.train.stages`) reuse this loop through a `TrainTask`: it supplies the
-split datasets (batches of any NamedTuple of tensors whose first two fields are inputs and targets), the
-loss of a batch and the validation metric that chooses the best checkpoint; the model is still
-`config.model`, built from the registry.
-
-Checkpoints (`dynaforge.train.checkpoint`) hold everything needed to continue exactly: `resume=True`
-(`dynaforge train ... --resume`) picks up from `checkpoints/last.pt`, in the middle of an epoch if
-`checkpoint_every` wrote it there. With `deterministic` a resumed run ends with the same weights, bit for
-bit, as one that was never interrupted.
+Checkpoints (`dynaforge.runs`) hold everything needed to continue exactly: `resume=True` picks up from
+`checkpoints/last.pt`, in the middle of an epoch if `checkpoint_every` wrote it there, and a resumed run
+ends with the weights of one that was never interrupted, bit for bit (at the same torch thread count).
 """
 
 from __future__ import annotations
@@ -40,27 +35,25 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
-from torch.utils.data import Dataset, default_collate
 from tqdm import tqdm  # not tqdm.auto: its asyncio variant calls iter(loader) on construction
 
 import dynaforge
 from dynaforge.config import (
     Config,
     ConfigError,
+    TrainConfig,
     config_to_dict,
     load_config,
     resolve_device,
     save_config,
 )
-from dynaforge.data import Normalizer, Window, WindowDataset, make_loader
 from dynaforge.errors import RunError
-from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout, build_model
 from dynaforge.runs import (
     CHECKPOINT_VERSION,
     holds_run,
@@ -69,12 +62,9 @@ from dynaforge.runs import (
     save_checkpoint,
     training_differences,
 )
-from dynaforge.store import DatasetFolder
-from dynaforge.train.capture import StepGraph, compile_model, release_memory_if_short
+from dynaforge.train.capture import StepGraph, release_memory_if_short
 from dynaforge.train.checkpoint import restore_rng_state, rng_state
 from dynaforge.train.distributed import (
-    EpochSampler,
-    ShardSampler,
     barrier,
     check_ranks_agree,
     gather_objects,
@@ -85,12 +75,12 @@ from dynaforge.train.distributed import (
     wrap_data_parallel,
 )
 from dynaforge.train.ema import EMA
-from dynaforge.train.log import MetricsLog, WandbLogger, WindowMeter, environment
-from dynaforge.train.losses import LOSSES
+from dynaforge.train.log import MetricsLog, WandbLogger, WindowMeter, environment, read_metrics
 from dynaforge.train.optim import build_optimizer, step_unless
 from dynaforge.train.precision import Precision
 from dynaforge.train.profile import StepProfiler
-from dynaforge.train.schedule import build_scheduler, schedule_intervals
+from dynaforge.train.schedule import build_scheduler
+from dynaforge.train.task import EngineContext, EpochCallback, StepLoss, Task
 
 log = logging.getLogger(__name__)
 
@@ -109,100 +99,77 @@ class TrainSummary(NamedTuple):
     skipped_steps: int = 0
 
 
-@runtime_checkable
-class TrainTask(Protocol):
-    """What the loop needs to train something other than a surrogate on plain windows (see the module
-    docstring). Losses it returns are scalars in fp32; `validate` runs under eval mode and inference mode
-    (and the run's autocast) and returns the metric to minimise, computed on the whole validation set by
-    every process; `checkpoint_extras` adds plain data to every checkpoint."""
-
-    def dataset(self, folder: DatasetFolder, split: str) -> Dataset: ...
-
-    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor: ...
-
-    def validate(self, model: nn.Module) -> float: ...
-
-    def checkpoint_extras(self) -> dict[str, Any]: ...
-
-
-class Trainer:
-    """Trains `config.model` on the windows of dataset folder `data`, writing run folder `out`.
+class Engine:
+    """Trains `task` with the `settings` of a run of `config` into run folder `out` (see the module docstring).
 
     `resume`: continue the run in `out` from its last checkpoint (a run of the same config), or start one
     there if it has no checkpoint yet. `overwrite`: replace whatever `out` holds. `profile_steps`: profile
-    that many optimiser steps into `out/profile/`. `task`: train by a `TrainTask`'s data, loss and
-    validation metric instead of the surrogate defaults.
+    that many optimiser steps into `out/profile/`. `callbacks`: called after every epoch's checkpoints.
+    `start`: the weights a fresh (not resumed) run starts from.
     """
 
     def __init__(
         self,
         config: Config,
-        data: str | Path,
+        task: Task,
         out: str | Path,
+        settings: TrainConfig | None = None,
         progress: bool | None = None,
         overwrite: bool = False,
         resume: bool = False,
         profile_steps: int = 0,
-        task: TrainTask | None = None,
+        callbacks: list[EpochCallback] | None = None,
+        start: dict[str, Tensor] | None = None,
     ) -> None:
         self.config = config
+        self.settings = settings or config.train
         self.task = task
-        train = config.train
+        self.callbacks = list(callbacks or [])
         self.run = run_folder(out)
         self.resume_from = self.checkpoint_to_resume(resume, overwrite)
-        self.data_root = Path(data).resolve()
         self.progress = progress
         self.profile_steps = profile_steps
-        self.device = torch.device(resolve_device(rank_device(train.device)))
+        self.device = torch.device(resolve_device(rank_device(self.settings.device)))
         self.check_determinism_environment()
         self.cluster = join_cluster(self.device)
+        if self.cluster.distributed and not task.data_parallel:
+            raise ConfigError(
+                f"{type(task).__name__} trains in one process; start it without torchrun (WORLD_SIZE=1)"
+            )
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        self.precision = Precision(train.precision, self.device)
-        dataset = DatasetFolder(self.data_root)
-        self.normalizer = Normalizer.from_stats(dataset.stats)
-        self.train_set = self.windows(dataset, "train")
-        self.val_set = self.windows(dataset, "val")
-        self.shape = ModelShape(
-            channels=self.normalizer.channels,
-            history=config.data.history,
-            horizon=config.data.horizon,
-            spatial_dims=self.train_set.spatial_dims,
-        )
-        seed_everything(train.seed)
-        self.model = build_model(config.model, self.shape).to(self.device)
-        self.ema = EMA(self.model, train.ema.decay, train.ema.warmup) if train.ema.decay > 0 else None
+        self.precision = Precision(self.settings.precision, self.device)
         self.capturing = self.cuda_graph_possible()
-        self.train_sampler = EpochSampler(self.train_set, self.cluster, seed=train.seed)
-        self.train_loader = make_loader(
-            self.train_set,
-            config.data,
-            self.device,
-            shuffle=False,
-            sampler=self.train_sampler,
-            drop_last=self.capturing,  # a captured graph has one batch shape
+        task.setup(
+            EngineContext(
+                config, self.settings, self.device, self.cluster, self.precision, progress, self.capturing
+            )
         )
-        self.val_loader = make_loader(
-            self.val_set,
-            config.data,
-            self.device,
-            shuffle=False,
-            sampler=ShardSampler(len(self.val_set), self.cluster),
+        seed_everything(self.settings.seed)
+        self.model = task.build_model().to(self.device)
+        if start is not None and self.resume_from is None:
+            self.model.load_state_dict(start)
+        self.ema = (
+            EMA(self.model, self.settings.ema.decay, self.settings.ema.warmup)
+            if self.settings.ema.decay > 0
+            else None
         )
-        self.micro_batches = len(self.train_loader)
-        if self.micro_batches == 0:
+        self.epoch_count = task.epochs()
+        if task.micro_batches(0) == 0:
             raise RunError(
-                f"{len(self.train_set)} training windows make no batch of {config.data.batch_size} on each of "
+                f"the training data make no batch of {config.data.batch_size} on each of "
                 f"{self.cluster.world_size} process(es); lower data.batch_size"
             )
-        self.steps_per_epoch = math.ceil(self.micro_batches / train.accumulate)
-        self.optimizer = build_optimizer(self.model, train, capturable=self.capturing)
-        intervals = schedule_intervals(train.schedule, train.epochs, self.steps_per_epoch)
-        self.scheduler = build_scheduler(self.optimizer, train, intervals)
-        self.loss_fn = LOSSES[train.loss]
-        self.step_model = wrap_data_parallel(self.model, self.cluster, self.device)
+        accumulate = self.settings.accumulate
+        total_steps = sum(math.ceil(task.micro_batches(e) / accumulate) for e in range(self.epoch_count))
+        self.optimizer = build_optimizer(self.model, self.settings, capturable=self.capturing)
+        intervals = total_steps if self.settings.schedule.interval == "step" else self.epoch_count
+        self.scheduler = build_scheduler(self.optimizer, self.settings, intervals)
+        self.step_model = (
+            wrap_data_parallel(self.model, self.cluster, self.device) if task.data_parallel else self.model
+        )
         self.graph = (
-            StepGraph(self.captured_step, train.cuda_graph.warmup, self.free_gradients)
+            StepGraph(self.captured_step, self.settings.cuda_graph.warmup, self.free_gradients)
             if self.capturing
             else None
         )
@@ -220,23 +187,9 @@ class Trainer:
         self.skipped_steps = 0
         self.step_loss = torch.zeros((), dtype=torch.float32, device=self.device)
         self.step_samples = 0
+        self.current_epoch = 0
+        self.train_loss = math.nan
         self.compiled = False
-
-    def windows(self, dataset: DatasetFolder, split: str) -> WindowDataset | Dataset:
-        data = self.config.data
-        if dataset.split_size(split) == 0:
-            raise RunError(
-                f"the {split} split of {dataset.root} is empty; generate it with dataset.n_{split} > 0"
-            )
-        if self.task is not None:
-            return self.task.dataset(dataset, split)
-        return WindowDataset(
-            dataset.read_split(split).fields,
-            self.normalizer,
-            history=data.history,
-            targets=data.horizon * self.config.train.rollout_steps,
-            stride=data.stride,
-        )
 
     # ---- the loop ---------------------------------------------------------------------------------
 
@@ -244,15 +197,14 @@ class Trainer:
         started = time.perf_counter()
         with self.run_settings():
             self.begin()
-            for epoch in range(self.epoch, self.config.train.epochs):
+            for epoch in range(self.epoch, self.epoch_count):
                 epoch_started = time.perf_counter()
                 for batch in self.epoch_batches(epoch):
                     if self.graph is not None:
                         self.graph.run(*batch)  # `captured_step`, replayed as a CUDA graph
                     else:
-                        loss = self.forward_loss(*batch)
-                        self.backward(loss)
-                        if self.accumulating():
+                        self.backward(self.forward_loss(batch))
+                        if self.accumulating(epoch):
                             continue
                         grad_norm = self.clip_gradients()
                         self.optimizer_step(grad_norm)
@@ -268,7 +220,7 @@ class Trainer:
                 self.save_checkpoints(epochs_done=epoch + 1)
         return TrainSummary(
             run=self.run.root,
-            epochs=self.config.train.epochs,
+            epochs=self.epoch_count,
             steps=self.step,
             best_val_loss=self.best_val_loss,
             last_val_loss=self.val_loss,
@@ -276,10 +228,9 @@ class Trainer:
             skipped_steps=self.skipped_steps,
         )
 
-    def captured_step(self, inputs: Tensor, targets: Tensor, *extra: Tensor) -> None:
+    def captured_step(self, *batch: Tensor) -> None:
         """The step of `fit` for CUDA-graph capture (no accumulation; gradients stay allocated)."""
-        loss = self.forward_loss(inputs, targets, *extra)
-        self.backward(loss)
+        self.backward(self.forward_loss(batch))
         grad_norm = self.clip_gradients()
         self.optimizer_step(grad_norm, free_gradients=False)
         self.update_ema()
@@ -289,13 +240,14 @@ class Trainer:
     def epoch_batches(self, epoch: int) -> Iterator[tuple[Tensor, ...]]:
         """This process's micro-batches of `epoch`, on the device, from where training stands."""
         self.model.train()
-        self.train_sampler.start(epoch, skip=self.batches_done * self.config.data.batch_size)
+        self.current_epoch = epoch
+        batches = self.task.epoch_batches(epoch, self.batches_done)
         self.bar = tqdm(
-            self.train_loader,
-            desc=f"epoch {epoch + 1}/{self.config.train.epochs}",
+            batches,
+            desc=f"epoch {epoch + 1}/{self.epoch_count}",
             unit="batch",
             initial=self.batches_done,
-            total=self.micro_batches,
+            total=self.task.micro_batches(epoch),
             leave=False,
             disable=not self.cluster.main or (None if self.progress is None else not self.progress),
         )
@@ -303,50 +255,40 @@ class Trainer:
         for batch in self.bar:
             self.batches_done += 1
             self.step_samples += batch[0].shape[0]
-            yield self.batch_to_device(batch)
+            yield batch
         self.bar.close()
 
-    def batch_to_device(self, batch: Window | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        """Every tensor of the batch (inputs, targets, and whatever a task's batches add) on the device."""
-        non_blocking = self.device.type == "cuda"  # the loader pins host batches on CUDA
-        return tuple(t.to(self.device, non_blocking=non_blocking) for t in batch)
-
-    def accumulating(self) -> bool:
+    def accumulating(self, epoch: int) -> bool:
         """True while the current micro-batch is not the last of its accumulation group."""
         return (
-            self.batches_done % self.config.train.accumulate != 0 and self.batches_done != self.micro_batches
+            self.batches_done % self.settings.accumulate != 0
+            and self.batches_done != self.task.micro_batches(epoch)
         )
 
     def group_size(self) -> int:
         """Micro-batches in the current accumulation group (the last group of an epoch may be short)."""
-        accumulate = self.config.train.accumulate
+        accumulate = self.settings.accumulate
         start = (self.batches_done - 1) // accumulate * accumulate
-        return min(accumulate, self.micro_batches - start)
+        return min(accumulate, self.task.micro_batches(self.current_epoch) - start)
 
-    def forward_loss(self, inputs: Tensor, targets: Tensor, *extra: Tensor) -> Tensor:
-        """Loss of the model unrolled `rollout_steps` times from `inputs` against all `targets` frames
-        (or the task's loss of the batch)."""
-        if self.task is not None:
-            with self.precision.autocast(cache=self.graph is None), self.gradient_sync():
-                return self.task.loss(self.step_model, (inputs, targets, *extra))
+    def forward_loss(self, batch: tuple[Tensor, ...]) -> StepLoss:
+        """The task's loss of the batch, under the run's autocast (and DDP's no-sync while accumulating)."""
         with self.precision.autocast(cache=self.graph is None), self.gradient_sync():
-            predicted = autoregressive_rollout(
-                self.step_model, ModelInput(frames=inputs), self.config.train.rollout_steps
-            )
-        return self.loss_fn(predicted, targets)  # in fp32 whatever the prediction's dtype
+            return self.task.loss(self.step_model, batch)
 
     def gradient_sync(self) -> contextlib.AbstractContextManager[Any]:
         """DDP all-reduces gradients only on the last micro-batch of an accumulation group."""
         ddp = self.model is not self.step_model and hasattr(self.step_model, "no_sync")
-        if ddp and torch.is_grad_enabled() and self.accumulating():
+        if ddp and torch.is_grad_enabled() and self.accumulating(self.current_epoch):
             return self.step_model.no_sync()
         return contextlib.nullcontext()
 
-    def backward(self, loss: Tensor) -> None:
-        scaled = loss / self.group_size()
-        self.precision.scaler.scale(scaled).backward()
-        first = (self.batches_done - 1) % self.config.train.accumulate == 0
-        self.step_loss = scaled.detach() if first else self.step_loss + scaled.detach()
+    def backward(self, loss: StepLoss) -> None:
+        group = self.group_size()
+        self.precision.scaler.scale(loss.objective / group).backward()
+        value = loss.value.detach() / group
+        first = (self.batches_done - 1) % self.settings.accumulate == 0
+        self.step_loss = value if first else self.step_loss + value
 
     def clip_gradients(self) -> Tensor:
         """The global gradient norm before clipping (clipped only when `train.grad_clip` is set)."""
@@ -354,9 +296,9 @@ class Trainer:
             self.precision.scaler.unscale_(self.optimizer)
         parameters = [p for p in self.model.parameters() if p.grad is not None]
         norm = get_total_norm([p.grad for p in parameters])
-        if self.config.train.grad_clip is not None:
+        if self.settings.grad_clip is not None:
             # In place on purpose: gradients are scaled where the optimiser reads them.
-            clip_grads_with_norm_(parameters, self.config.train.grad_clip, norm)
+            clip_grads_with_norm_(parameters, self.settings.grad_clip, norm)
         return norm
 
     def optimizer_step(self, grad_norm: Tensor, free_gradients: bool = True) -> None:
@@ -380,7 +322,7 @@ class Trainer:
             self.ema.update(self.model)
 
     def schedule_step(self) -> None:
-        if self.config.train.schedule.interval == "step":
+        if self.settings.schedule.interval == "step":
             self.scheduler.step()
 
     def count_step(self) -> None:
@@ -392,27 +334,11 @@ class Trainer:
             self.profiler.step()
 
     def validate(self) -> float:
-        """Mean loss over the validation windows, unrolled as in training (with the EMA weights if asked)."""
+        """The task's validation metric (with the EMA weights if asked), checked to be finite."""
         model = self.evaluation_model()
         model.eval()
-        if self.task is not None:
-            with torch.inference_mode(), self.precision.autocast():
-                return self.checked_validation(self.task.validate(model))
-        total = torch.zeros((), dtype=torch.float64, device=self.device)
-        count = 0
         with torch.inference_mode(), self.precision.autocast():
-            for batch in self.val_loader:
-                inputs, targets = self.batch_to_device(batch)
-                predicted = autoregressive_rollout(
-                    model, ModelInput(frames=inputs), self.config.train.rollout_steps
-                )
-                total = total + self.loss_fn(predicted, targets).to(torch.float64) * inputs.shape[0]
-                count += inputs.shape[0]
-        sums = torch.stack([total, torch.tensor(float(count), dtype=torch.float64, device=self.device)])
-        loss_sum, count = sum_across_ranks(sums, self.cluster).tolist()
-        return self.checked_validation(loss_sum / max(count, 1.0))
-
-    def checked_validation(self, value: float) -> float:
+            value = self.task.validate(model)
         if not math.isfinite(value):
             raise TrainingDiverged(
                 f"validation loss is {value} after step {self.step}: training diverged; lower train.lr, set "
@@ -420,15 +346,15 @@ class Trainer:
             )
         return value
 
-    def evaluation_model(self) -> torch.nn.Module:
-        if self.ema is not None and self.config.train.ema.evaluate:
+    def evaluation_model(self) -> nn.Module:
+        if self.ema is not None and self.settings.ema.evaluate:
             return self.ema.module
         return self.model
 
     def schedule_epoch(self, val_loss: float) -> None:
         """Per-epoch bookkeeping: plateau detection, per-epoch schedules, CUDA memory when short."""
         self.scheduler.observe(val_loss)
-        if self.config.train.schedule.interval == "epoch":
+        if self.settings.schedule.interval == "epoch":
             self.scheduler.step()
         release_memory_if_short(self.device)
 
@@ -449,8 +375,7 @@ class Trainer:
         return None
 
     def check_same_config(self, saved: dict[str, Any]) -> None:
-        wanted = config_to_dict(self.config)
-        differences = training_differences(saved, wanted)
+        differences = training_differences(saved, config_to_dict(self.config))
         if differences:
             raise RunError(
                 f"{self.run.root} holds a run of a different config; it cannot be resumed with this one.\n"
@@ -460,7 +385,7 @@ class Trainer:
 
     def check_determinism_environment(self) -> None:
         if (
-            self.config.train.deterministic
+            self.settings.deterministic
             and self.device.type == "cuda"
             and not os.environ.get("CUBLAS_WORKSPACE_CONFIG")
         ):
@@ -471,7 +396,7 @@ class Trainer:
 
     def cuda_graph_possible(self) -> bool:
         """Whether the step can be captured; says why not when capture was asked for but cannot be."""
-        train = self.config.train
+        train = self.settings
         if not train.cuda_graph.enabled:
             return False
         reasons = []
@@ -479,8 +404,8 @@ class Trainer:
             reasons.append(f"training runs on {self.device.type}")
         if train.accumulate > 1:
             reasons.append("train.accumulate > 1")
-        if self.task is not None:
-            reasons.append("training by a task")
+        if not self.task.capturable:
+            reasons.append(f"{type(self.task).__name__}'s step is not capturable")
         if self.cluster.distributed:
             reasons.append("training runs in several processes")
         if train.precision == "fp16":
@@ -497,7 +422,7 @@ class Trainer:
     @contextlib.contextmanager
     def run_settings(self) -> Iterator[None]:
         """Determinism and cuDNN flags for the run, restored afterwards; the process group left at the end."""
-        deterministic = self.config.train.deterministic
+        deterministic = self.settings.deterministic
         previous = (
             torch.are_deterministic_algorithms_enabled(),
             torch.is_deterministic_algorithms_warn_only_enabled(),
@@ -522,27 +447,23 @@ class Trainer:
         """Start a fresh run or restore the last checkpoint; compile; open the loggers and the profiler."""
         if self.resume_from is not None:
             self.restore(load_checkpoint(self.resume_from, map_location=self.device))
+            self.report_finished_epochs()
         elif self.cluster.main:
             self.prepare_run_folder()
         barrier(self.cluster)
-        if self.epoch == self.config.train.epochs:
+        if self.epoch == self.epoch_count:
             return  # a finished run: nothing to compile, log or profile
-        if self.config.train.compile.enabled and self.task is None:
+        if self.settings.compile.enabled:
             self.compile_with_fallback()
-        elif self.config.train.compile.enabled:
-            log.info(
-                "torch.compile is off when training by a task (its loss is not the rollout the trial checks)"
-            )
-        if self.cluster.main and self.config.train.wandb.enabled:
-            self.wandb = WandbLogger(self.config.train.wandb, self.run.root, config_to_dict(self.config))
+        if self.cluster.main and self.settings.wandb.enabled:
+            self.wandb = WandbLogger(self.settings.wandb, self.run.root, config_to_dict(self.config))
         if self.cluster.main and self.profile_steps > 0:
             self.profiler = StepProfiler(self.profile_steps, self.run.root / "profile", self.device)
         log.info(
-            "training %s (%d parameters) on %d windows for %d epochs on %s%s, %d process(es)",
-            self.config.model.name,
+            "training %s (%d parameters) for %d epochs on %s%s, %d process(es)",
+            self.task.describe(),
             sum(p.numel() for p in self.model.parameters()),
-            len(self.train_set),
-            self.config.train.epochs,
+            self.epoch_count,
             self.device,
             f" from step {self.step}" if self.step else "",
             self.cluster.world_size,
@@ -558,14 +479,12 @@ class Trainer:
         self.metrics.start(
             {
                 **environment(),
-                "data": str(self.data_root),
+                **self.task.header(),
                 "device": str(self.device),
                 "world_size": self.cluster.world_size,
                 "parameters": sum(p.numel() for p in self.model.parameters()),
-                "train_windows": len(self.train_set),
-                "val_windows": len(self.val_set),
-                "micro_batches_per_epoch": self.micro_batches,
-                "steps_per_epoch": self.steps_per_epoch,
+                "micro_batches_per_epoch": self.task.micro_batches(0),
+                "steps_per_epoch": math.ceil(self.task.micro_batches(0) / self.settings.accumulate),
                 "cuda_graph": self.capturing,
             }
         )
@@ -574,6 +493,11 @@ class Trainer:
         """Continue from a checkpoint written by `save_checkpoints` of a run of the same config."""
         if "rng" not in state or "position" not in state:
             raise RunError(f"{self.resume_from} predates resumable checkpoints; train this run afresh")
+        if state.get("kind") != self.task.kind:
+            raise RunError(
+                f"{self.resume_from} was written by another kind of training ({state.get('kind')!r}); "
+                "train into another --out folder"
+            )
         self.model.load_state_dict(state.get("train_model", state["model"]))
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -581,7 +505,7 @@ class Trainer:
             self.precision.scaler.load_state_dict(state["scaler"])
         if self.ema is not None:
             self.ema.load_state_dict(state["ema"])
-        ranks = state["rng"]
+        ranks = state["rng"] if isinstance(state["rng"], list) else [state["rng"]]
         if len(ranks) != self.cluster.world_size:
             log.warning(
                 "resuming %d-process training with %d processes: random streams differ",
@@ -599,6 +523,7 @@ class Trainer:
                 torch.get_num_threads(),
                 started_with,
             )
+        self.task.restore(state)
         self.step = int(state["step"])
         self.epoch = int(state["position"]["epoch"])
         self.batches_done = int(state["position"]["batches"])
@@ -629,36 +554,36 @@ class Trainer:
             self.step,
         )
 
-    def compile_with_fallback(self) -> None:
-        """torch.compile the stepped model; if a trial step fails to compile, log it and stay eager.
+    def report_finished_epochs(self) -> None:
+        """Callbacks also hear of the epochs a resumed run had finished (a killed run may not have told them)."""
+        if not self.callbacks:
+            return
+        best = math.inf
+        for record in read_metrics(self.run.metrics):
+            if record.get("kind") == "epoch" and record["epoch"] <= self.epoch:
+                best = min(best, record["val_loss"])
+                metrics = {"val_loss": record["val_loss"], "best_val_loss": best}
+                metrics["train_loss"] = record.get("train_loss", math.nan)
+                for callback in self.callbacks:
+                    callback(record["epoch"], metrics)
 
-        The trial runs forward and backward on the batch sizes training will see (the full one and the
-        last, partial one, which may need a recompilation), so that compilation fails here if it fails at
-        all. It leaves no trace: gradients are freed, buffers and random generators restored.
+    def compile_with_fallback(self) -> None:
+        """Let the task compile its step (`Task.compiled`); if that fails, log it and stay eager.
+
+        The task's trial runs the step on the shapes training will see, so that compilation fails here if
+        it fails at all, and leaves no trace: gradients are freed, buffers and random generators restored.
         """
-        eager = self.step_model
-        compiled = compile_model(eager, self.config.train.compile)
-        batch_size = self.config.data.batch_size
-        last = self.train_sampler.num_samples % batch_size
-        sizes = [min(batch_size, len(self.train_set))] + ([last] if last and not self.capturing else [])
         buffers = [b.detach().clone() for b in self.model.buffers()]
         generators = rng_state()
         try:
-            for size in sizes:
-                batch = default_collate([self.train_set[i] for i in range(size)])
-                inputs, targets = self.batch_to_device(batch)
-                with self.precision.autocast(cache=self.graph is None):
-                    predicted = autoregressive_rollout(
-                        compiled, ModelInput(frames=inputs), self.config.train.rollout_steps
-                    )
-                self.loss_fn(predicted, targets).backward()
-            self.step_model = compiled
-            self.compiled = True
-            log.info(
-                "model compiled (mode %s, backend %s)",
-                self.config.train.compile.mode,
-                self.config.train.compile.backend,
-            )
+            compiled = self.task.compiled(self.step_model)
+            if compiled is not None:
+                self.step_model, self.compiled = compiled, True
+                log.info(
+                    "model compiled (mode %s, backend %s)",
+                    self.settings.compile.mode,
+                    self.settings.compile.backend,
+                )
         except Exception as error:  # any compilation failure: eager, logged
             log.warning(
                 "torch.compile failed (%s: %s); training runs eagerly",
@@ -675,7 +600,7 @@ class Trainer:
     # ---- logging and checkpoints ------------------------------------------------------------------
 
     def log_window_if_due(self, epoch: int) -> None:
-        if self.step % self.config.train.log_every == 0:
+        if self.step % self.settings.log_every == 0:
             self.log_window(epoch)
 
     def log_window(self, epoch: int) -> None:
@@ -691,12 +616,10 @@ class Trainer:
         lr = float(self.optimizer.param_groups[0]["lr"])
         record = {"kind": "train", "epoch": epoch + 1, "step": self.step, "lr": lr, **summary}
         if self.cluster.main:
-            self.metrics.write(record)
-            if self.wandb is not None:
-                self.wandb.log(record)
+            self.write_record(record)
             if self.bar is not None:
                 self.bar.set_postfix(loss=f"{summary['loss']:.3e}", lr=f"{lr:.2e}")
-        limit = self.config.train.max_bad_steps
+        limit = self.settings.max_bad_steps
         if summary["bad_streak"] >= limit:
             raise TrainingDiverged(
                 f"{summary['bad_streak']} optimiser steps in a row had a non-finite loss or gradient (by step "
@@ -711,14 +634,19 @@ class Trainer:
                 self.step,
             )
 
+    def write_record(self, record: dict[str, Any]) -> None:
+        self.metrics.write(record)
+        if self.wandb is not None:
+            self.wandb.log(record)
+
     def log_epoch(self, epoch: int, seconds: float) -> None:
         loss_sum, good_steps = sum_across_ranks(self.meter.epoch, self.cluster).tolist()
-        train_loss = loss_sum / good_steps if good_steps else math.nan  # the mean of the ranks' means
+        self.train_loss = loss_sum / good_steps if good_steps else math.nan  # the mean of the ranks' means
         record = {
             "kind": "epoch",
             "epoch": epoch + 1,
             "step": self.step,
-            "train_loss": train_loss,
+            "train_loss": self.train_loss,
             "val_loss": self.val_loss,
             "best": self.val_loss < self.best_val_loss,
             "lr": float(self.optimizer.param_groups[0]["lr"]),
@@ -726,14 +654,12 @@ class Trainer:
             "epoch_time": seconds,
         }
         if self.cluster.main:
-            self.metrics.write(record)
-            if self.wandb is not None:
-                self.wandb.log(record)
+            self.write_record(record)
         log.info(
             "epoch %d/%d  train %.3e  val %.3e  %.1f s%s",
             epoch + 1,
-            self.config.train.epochs,
-            train_loss,
+            self.epoch_count,
+            self.train_loss,
             self.val_loss,
             seconds,
             "  (best)" if record["best"] else "",
@@ -741,14 +667,14 @@ class Trainer:
 
     def save_progress_if_due(self, epoch: int) -> None:
         """A mid-epoch last.pt every `checkpoint_every` steps (the epoch's end writes its own)."""
-        every = self.config.train.checkpoint_every
-        if every and self.step % every == 0 and self.batches_done < self.micro_batches:
+        every = self.settings.checkpoint_every
+        if every and self.step % every == 0 and self.batches_done < self.task.micro_batches(epoch):
             self.save_checkpoints(epochs_done=epoch)
 
     def save_checkpoints(self, epochs_done: int) -> None:
         """At an epoch's end: best.pt when the validation loss improved, then last.pt (so a complete last.pt
         implies best.pt). Mid-epoch (`epochs_done` = the current epoch): last.pt only. Rank 0 writes."""
-        at_epoch_end = self.batches_done == self.micro_batches
+        at_epoch_end = self.batches_done == self.task.micro_batches(self.current_epoch)
         improved = at_epoch_end and self.val_loss < self.best_val_loss
         if improved:
             self.best_val_loss = self.val_loss
@@ -761,7 +687,7 @@ class Trainer:
             if improved:
                 save_checkpoint(self.run.best, state)
             save_checkpoint(self.run.last, state)
-            if at_epoch_end and self.wandb is not None and self.config.train.wandb.log_checkpoints:
+            if at_epoch_end and self.wandb is not None and self.settings.wandb.log_checkpoints:
                 aliases = ["latest", f"epoch-{epochs_done}"] + (["best"] if improved else [])
                 self.wandb.log_checkpoint(
                     self.run.last,
@@ -770,8 +696,16 @@ class Trainer:
                 )
         barrier(self.cluster)
         if at_epoch_end:
+            self.epoch = epochs_done
             self.batches_done = 0
             self.meter.epoch.zero_()
+            metrics = {
+                "val_loss": self.val_loss,
+                "best_val_loss": self.best_val_loss,
+                "train_loss": self.train_loss,
+            }
+            for callback in self.callbacks:
+                callback(epochs_done, metrics)
 
     def checkpoint_state(
         self,
@@ -794,21 +728,19 @@ class Trainer:
             "position": position,
             "epoch_loss": epoch_loss,
             "skipped_steps": self.skipped_steps,
-            "complete": epochs_done == self.config.train.epochs and position["batches"] == 0,
+            "complete": epochs_done == self.epoch_count and position["batches"] == 0,
             "val_loss": self.val_loss,
             "best_val_loss": self.best_val_loss,
             "config": config_to_dict(self.config),
-            "model_shape": self.shape._asdict(),
-            "normalization": self.normalizer.to_dict(),
-            "data": str(self.data_root),
             "world_size": self.cluster.world_size,
             "torch_threads": torch.get_num_threads(),
         }
-        if self.task is not None:
-            state.update(self.task.checkpoint_extras())
+        if self.task.kind is not None:
+            state["kind"] = self.task.kind
+        state.update(self.task.checkpoint_extras())
         if self.ema is not None:
             state["ema"] = self.ema.state_dict()
-            if self.config.train.ema.evaluate:
+            if self.settings.ema.evaluate:
                 state["model"], state["train_model"] = self.ema.module.state_dict(), trained
         return state
 
@@ -818,19 +750,3 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def train(
-    config: Config,
-    data: str | Path,
-    out: str | Path,
-    progress: bool | None = None,
-    overwrite: bool = False,
-    resume: bool = False,
-    profile_steps: int = 0,
-) -> TrainSummary:
-    """Train `config` on dataset folder `data` into run folder `out` (see `Trainer`)."""
-    trainer = Trainer(
-        config, data, out, progress=progress, overwrite=overwrite, resume=resume, profile_steps=profile_steps
-    )
-    return trainer.fit()
