@@ -10,9 +10,9 @@ inputs.
 Training, identical for both trainers but for where the gradient comes from: the same initial weights
 (seed r for repeat r), the same batches of 32 in the same order, Adam (lr 0.01, cosine decay, 5% warmup,
 no weight decay), gradient-norm clipping at 1, `epochs` passes over the 256 inputs, float32.
-- dynaforge: `TwoPhaseTrainer`, symmetric nudging with beta = 0.1, 20 steps per nudged phase (and, as a
+- dynaforge: the training engine with a `TwoPhaseTask`, symmetric nudging with beta = 0.1, 20 steps per nudged phase (and, as a
   second record, one-sided nudging with the same beta);
-- baseline: the same trainer with its estimate replaced by the autograd gradient of the loss through the
+- baseline: the same engine and task with its estimate replaced by the autograd gradient of the loss through the
   40 unrolled free-phase steps (BPTT), i.e. the exact gradient of the loss the validation measures.
 Figure: the median final validation loss over repeats; ratio = BPTT / two-phase (> 1: two-phase lower).
 
@@ -24,7 +24,7 @@ steps, the update) on the same batch, one thread, after warm-up; medians of inte
   fresh deep copy, fresh gradient tensors every window, the loss read back every window;
 - (in the notes) dynaforge's window with one `.item()` per relaxation step, to separate what the syncs
   alone cost from the rest;
-- dynaforge eager: `TwoPhaseTrainer.window` (no host sync, preallocated snapshot and gradients, the loss
+- dynaforge eager: one engine step (`Engine.micro_step`: no host sync, preallocated snapshot, the loss
   read once per logging window);
 - dynaforge compiled: the same with `train.compile.enabled=true` (the relaxation compiled in chunks of 10
   steps; compile time reported in the notes, not in the rate).
@@ -53,7 +53,9 @@ from torch import Tensor
 
 from dynaforge.atomic import atomic_write_text
 from dynaforge.config import load_config
-from dynaforge.train.two_phase import RelaxState, TwoPhaseTrainer, cost, relax
+from dynaforge.train.engine import Engine
+from dynaforge.train.task import StepLoss
+from dynaforge.train.two_phase import RelaxState, TwoPhaseTask, cost, relax
 from machine import load_note
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,11 +69,12 @@ COMMON = [
 ]
 
 
-class BackpropTrainer(TwoPhaseTrainer):
-    """The two-phase trainer with its gradient estimate replaced by back-propagation through the free
-    phase's unrolled relaxation (everything else, optimiser to validation, is the same code)."""
+class BackpropTask(TwoPhaseTask):
+    """The two-phase task with its gradient estimate replaced by back-propagation through the free phase's
+    unrolled relaxation (everything else, optimiser to validation, is the same code)."""
 
-    def estimate(self, inputs: Tensor, targets: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+    def loss(self, model: torch.nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
+        inputs, targets = batch[0], batch[1]
         model, s = self.model, self.settings
         with torch.enable_grad():
             target_units = model.targets_to_units(targets)
@@ -88,12 +91,13 @@ class BackpropTrainer(TwoPhaseTrainer):
                 model.activation,
             )
             loss = cost(free.units, target_units, model.output_mask).mean()
-            return torch.autograd.grad(loss, self.parameters), loss.detach()
+            return StepLoss(loss, loss)
 
 
-def naive_window(trainer: TwoPhaseTrainer, inputs: Tensor, targets: Tensor, energies: list[float]) -> float:
+def naive_window(trainer: Engine, inputs: Tensor, targets: Tensor, energies: list[float]) -> float:
     """The two-phase window as first written: per-step host syncs, fresh copies and gradients."""
-    model, s = trainer.model, trainer.settings
+    model, s = trainer.model, trainer.config.twophase
+    parameters = [p for p in model.parameters() if p.requires_grad]
 
     def phase(state: RelaxState, beta: float, steps: int) -> RelaxState:
         units, velocity = state
@@ -114,10 +118,9 @@ def naive_window(trainer: TwoPhaseTrainer, inputs: Tensor, targets: Tensor, ener
     contrast = (model.energy(plus.units, inputs) - model.energy(minus.units, inputs)).mean() / (2 * s.beta)
     trainer.optimizer.zero_grad(set_to_none=True)
     contrast.backward()
-    torch.nn.utils.clip_grad_norm_(trainer.parameters, trainer.config.train.grad_clip)
+    torch.nn.utils.clip_grad_norm_(parameters, trainer.config.train.grad_clip)
     trainer.optimizer.step()
-    for p in trainer.parameters:
-        p.grad = torch.zeros_like(p)  # leave the trainer's preallocated-gradient invariant in place
+    trainer.optimizer.zero_grad(set_to_none=True)
     return cost(free.units, model.targets_to_units(targets), model.output_mask).mean().item()
 
 
@@ -158,17 +161,17 @@ def syncing_relax(residuals: list[float]) -> Any:
     return run
 
 
-def train_once(cls: type[TwoPhaseTrainer], overrides: list[str], seed: int, out: Path) -> float:
+def train_once(task: type[TwoPhaseTask], overrides: list[str], seed: int, out: Path) -> float:
     config = load_config(PRESET, [*COMMON, *overrides, f"train.seed={seed}"])
-    summary = cls(config, out).fit()
+    summary = Engine(config, task(config), out).fit()
     return summary.last_val_loss
 
 
 def compare_training(epochs: int, repeats: int, work: Path) -> dict[str, Any]:
     variants = {
-        "two_phase": (TwoPhaseTrainer, ["twophase.nudging=symmetric"]),
-        "one_sided": (TwoPhaseTrainer, ["twophase.nudging=one_sided"]),
-        "backprop": (BackpropTrainer, []),
+        "two_phase": (TwoPhaseTask, ["twophase.nudging=symmetric"]),
+        "one_sided": (TwoPhaseTask, ["twophase.nudging=one_sided"]),
+        "backprop": (BackpropTask, []),
     }
     losses: dict[str, list[float]] = {name: [] for name in variants}
     seconds = dict.fromkeys(variants, 0.0)
@@ -196,27 +199,28 @@ def windows_per_second(run: Any, windows: int) -> float:
 
 def compare_speed(windows: int, repeats: int, work: Path) -> dict[str, Any]:
     config = load_config(PRESET, COMMON)
-    naive_trainer = TwoPhaseTrainer(config, work / "naive")
-    eager_trainer = TwoPhaseTrainer(config, work / "eager")
-    compiled_trainer = TwoPhaseTrainer(config, work / "compiled")
-    syncing_trainer = TwoPhaseTrainer(config, work / "syncing")
+    naive_trainer = Engine(config, TwoPhaseTask(config), work / "naive")
+    eager_trainer = Engine(config, TwoPhaseTask(config), work / "eager")
+    compiled_trainer = Engine(config, TwoPhaseTask(config), work / "compiled")
+    syncing_trainer = Engine(config, TwoPhaseTask(config), work / "syncing")
     residuals: list[float] = []
-    syncing_trainer.relax = syncing_relax(residuals)
+    syncing_trainer.task.relax = syncing_relax(residuals)
     started = time.perf_counter()
     compiled_trainer.compile_with_fallback()
     compile_seconds = time.perf_counter() - started
-    inputs, targets = eager_trainer.batch_of(eager_trainer.epoch_order(0), 0)
+    task = eager_trainer.task
+    inputs, targets = task.batch_of(task.epoch_order(0), 0)
     initial = {k: p.detach().clone() for k, p in eager_trainer.model.named_parameters()}
     energies: list[float] = []
 
-    def sync_meter(trainer: TwoPhaseTrainer) -> None:
+    def sync_meter(trainer: Engine) -> None:
         trainer.meter.read()  # what a logging window does, once
 
     runs = {
         "naive": lambda: naive_window(naive_trainer, inputs, targets, energies),
-        "syncing": lambda: syncing_trainer.window(inputs, targets),
-        "eager": lambda: eager_trainer.window(inputs, targets),
-        "compiled": lambda: compiled_trainer.window(inputs, targets),
+        "syncing": lambda: syncing_trainer.micro_step((inputs, targets)),
+        "eager": lambda: eager_trainer.micro_step((inputs, targets)),
+        "compiled": lambda: compiled_trainer.micro_step((inputs, targets)),
     }
     rates: dict[str, list[float]] = {name: [] for name in runs}
     for run in runs.values():  # warm-up

@@ -12,7 +12,7 @@ import torch
 from dynaforge.config import load_config
 from dynaforge.runs import load_checkpoint
 from dynaforge.train.log import read_metrics
-from dynaforge.train.two_phase import TwoPhaseTrainer
+from dynaforge.train.two_phase import two_phase_engine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -29,11 +29,11 @@ def test_captured_window_trains_like_the_eager_window(
 ) -> None:
     graph_config = load_config(TINY, [*ON_GPU, "train.cuda_graph.enabled=true", "train.cuda_graph.warmup=2"])
     with caplog.at_level(logging.INFO):
-        trainer = TwoPhaseTrainer(graph_config, tmp_path / "graph")
+        trainer = two_phase_engine(graph_config, tmp_path / "graph")
         trainer.fit()
     assert "training step captured in a CUDA graph after 2 warmup steps" in caplog.text
     assert trainer.graph is not None and trainer.graph.graph is not None and not trainer.graph.failed
-    TwoPhaseTrainer(load_config(TINY, ON_GPU), tmp_path / "eager").fit()
+    two_phase_engine(load_config(TINY, ON_GPU), tmp_path / "eager").fit()
     for name, value in weights(tmp_path / "eager").items():
         torch.testing.assert_close(weights(tmp_path / "graph")[name], value, rtol=1e-4, atol=1e-5)
     graph_windows = [r for r in read_metrics(tmp_path / "graph" / "metrics.jsonl") if r["kind"] == "train"]
@@ -46,6 +46,6 @@ def test_capture_is_refused_with_a_reason_for_an_optimizer_without_a_capturable_
 ) -> None:
     config = load_config(TINY, [*ON_GPU, "train.cuda_graph.enabled=true", "train.optimizer.name=sgd"])
     with caplog.at_level(logging.INFO):
-        trainer = TwoPhaseTrainer(config, tmp_path / "run")
+        trainer = two_phase_engine(config, tmp_path / "run")
     assert trainer.graph is None
     assert "optimizer sgd has no capturable mode" in caplog.text

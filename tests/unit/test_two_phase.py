@@ -18,17 +18,19 @@ from dynaforge.config import Config, ConfigError, load_config
 from dynaforge.errors import RunError
 from dynaforge.models.hopfield import HopfieldNet
 from dynaforge.runs import load_checkpoint
+from dynaforge.train.engine import Engine
 from dynaforge.train.log import read_metrics
 from dynaforge.train.two_phase import (
     CompiledRelax,
     RelaxState,
     Snapshot,
-    TwoPhaseTrainer,
+    TwoPhaseTask,
     compiled_chunk,
     cost,
     energy_model_from_checkpoint,
     free_relaxation,
     relax,
+    two_phase_engine,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -48,20 +50,50 @@ CONVERGED = [*SMALL, "twophase.dtype=float64", "twophase.free_steps=200", "twoph
 """Relaxation to a true fixed point: about 0.6^200 of the initial distance remains."""
 
 
-def trainer_for(tmp_path: Path, overrides: list[str], name: str = "run") -> TwoPhaseTrainer:
-    return TwoPhaseTrainer(load_config(None, overrides), tmp_path / name)
+def trainer_for(tmp_path: Path, overrides: list[str], name: str = "run") -> Engine:
+    return two_phase_engine(load_config(None, overrides), tmp_path / name)
+
+
+def task_of(engine: Engine) -> TwoPhaseTask:
+    assert isinstance(engine.task, TwoPhaseTask)
+    return engine.task
+
+
+def two_phase_estimate(engine: Engine, inputs: Tensor, targets: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+    return task_of(engine).gradient_estimate(inputs, targets)
+
+
+def trained_parameters(engine: Engine) -> list[Tensor]:
+    return [p for p in engine.model.parameters() if p.requires_grad]
+
+
+class Killed(Exception):
+    """Stands for SIGKILL in these in-process tests: raised right after an optimiser step, no checkpoint."""
+
+
+def fit_until_killed(engine: Engine, step: int) -> None:
+    count_step = engine.count_step
+
+    def count_then_die() -> None:
+        count_step()
+        if engine.step >= step:
+            raise Killed
+
+    engine.count_step = count_then_die  # type: ignore[method-assign]
+    with pytest.raises(Killed):
+        engine.fit()
 
 
 def flat(tensors: tuple[Tensor, ...] | list[Tensor]) -> Tensor:
     return torch.cat([t.reshape(-1) for t in tensors])
 
 
-def loss_gradient_at_fixed_point(trainer: TwoPhaseTrainer, inputs: Tensor, targets: Tensor) -> Tensor:
+def loss_gradient_at_fixed_point(trainer: Engine, inputs: Tensor, targets: Tensor) -> Tensor:
     """dL/dtheta of L = mean_b C(s*_b) by implicit differentiation of dE/ds (s*) = 0, with autograd:
     dL/dtheta = -lambda^T d2E/(ds dtheta), H lambda = dL/ds, H = d2E/ds2 per sample."""
     model = trainer.model
-    trainer.estimate(inputs, targets)  # leaves the free fixed point in the snapshot
-    units = trainer.snapshot.state.units.clone()
+    two_phase_estimate(trainer, inputs, targets)  # leaves the free fixed point in the snapshot
+    units = task_of(trainer).snapshot.state.units.clone()
     units.requires_grad_(True)
     grad_s = torch.autograd.grad(model.energy(units, inputs).sum(), units, create_graph=True)[0]
     assert grad_s.abs().max() < 1e-12, "not at a fixed point"
@@ -72,7 +104,7 @@ def loss_gradient_at_fixed_point(trainer: TwoPhaseTrainer, inputs: Tensor, targe
     target_units = model.targets_to_units(targets)
     loss_by_units = torch.autograd.grad(cost(units, target_units, model.output_mask).mean(), units)[0]
     adjoint = torch.linalg.solve(hessian, loss_by_units.unsqueeze(-1)).squeeze(-1)
-    gradients = torch.autograd.grad(grad_s, trainer.parameters, grad_outputs=adjoint.detach())
+    gradients = torch.autograd.grad(grad_s, trained_parameters(trainer), grad_outputs=adjoint.detach())
     return -flat(gradients)
 
 
@@ -80,8 +112,9 @@ def cosine(a: Tensor, b: Tensor) -> float:
     return float(torch.nn.functional.cosine_similarity(a, b, dim=0))
 
 
-def first_batch(trainer: TwoPhaseTrainer) -> tuple[Tensor, Tensor]:
-    return trainer.task.train_inputs[:8], trainer.task.train_targets[:8]
+def first_batch(trainer: Engine) -> tuple[Tensor, Tensor]:
+    data = task_of(trainer).data
+    return data.train_inputs[:8], data.train_targets[:8]
 
 
 def test_closed_form_state_gradient_is_the_energy_gradient() -> None:
@@ -98,7 +131,7 @@ def test_symmetric_estimate_is_the_gradient_of_the_loss_at_the_relaxed_state(tmp
     trainer = trainer_for(tmp_path, [*CONVERGED, "twophase.beta=0.001", "twophase.nudging=symmetric"])
     inputs, targets = first_batch(trainer)
     exact = loss_gradient_at_fixed_point(trainer, inputs, targets)
-    estimate = flat(trainer.estimate(inputs, targets)[0])
+    estimate = flat(two_phase_estimate(trainer, inputs, targets)[0])
     similarity = cosine(estimate, exact)
     assert similarity > 0.99  # the issue's criterion; a sign error gives -1
     assert similarity > 1 - 1e-8  # at a true fixed point and beta = 1e-3 it is far closer
@@ -119,7 +152,7 @@ def test_one_sided_bias_is_first_order_and_symmetric_second_order(tmp_path: Path
             inputs, targets = first_batch(trainer)
             if exact is None:
                 exact = loss_gradient_at_fixed_point(trainer, inputs, targets)
-            estimate = flat(trainer.estimate(inputs, targets)[0])
+            estimate = flat(two_phase_estimate(trainer, inputs, targets)[0])
             errors[nudging].append(float((estimate - exact).norm() / exact.norm()))
     one_sided, symmetric = errors["one_sided"], errors["symmetric"]
     for k in range(len(betas) - 1):  # halving beta: O(beta) halves, O(beta^2) quarters
@@ -169,10 +202,10 @@ def test_training_lowers_the_loss(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "checkpoints" / "best.pt").exists()
     # The checkpoint alone rebuilds the trained model, which predicts what training validated.
     model = energy_model_from_checkpoint(tmp_path / "run")
-    s = trainer.settings
+    s, data = task_of(trainer).settings, task_of(trainer).data
     with torch.inference_mode():
-        units = free_relaxation(model, trainer.task.val_inputs, s.free_steps, s.step_size, s.momentum)
-        target_units = model.targets_to_units(trainer.task.val_targets)
+        units = free_relaxation(model, data.val_inputs, s.free_steps, s.step_size, s.momentum)
+        target_units = model.targets_to_units(data.val_targets)
         assert float(cost(units, target_units, model.output_mask).mean()) == summary.last_val_loss
 
 
@@ -186,10 +219,10 @@ def test_resume_after_a_kill_gives_identical_weights(tmp_path: Path) -> None:
         "twophase.task.train_samples=32",
     ]
     config = load_config(None, overrides)
-    TwoPhaseTrainer(config, tmp_path / "whole").fit()
-    TwoPhaseTrainer(config, tmp_path / "killed").fit(stop_after=7)  # killed after window 7; last.pt: 6
+    two_phase_engine(config, tmp_path / "whole").fit()
+    fit_until_killed(two_phase_engine(config, tmp_path / "killed"), 7)  # killed after window 7; last.pt: 6
     assert load_checkpoint(tmp_path / "killed" / "checkpoints" / "last.pt")["step"] == 6
-    summary = TwoPhaseTrainer(config, tmp_path / "killed", resume=True).fit()
+    summary = two_phase_engine(config, tmp_path / "killed", resume=True).fit()
     assert summary.steps == 12
     whole = load_checkpoint(tmp_path / "whole" / "checkpoints" / "last.pt")
     resumed = load_checkpoint(tmp_path / "killed" / "checkpoints" / "last.pt")
@@ -205,11 +238,11 @@ def test_resume_after_a_kill_gives_identical_weights(tmp_path: Path) -> None:
 
 def test_a_run_is_not_overwritten_nor_resumed_with_another_config(tmp_path: Path) -> None:
     overrides = [*SMALL, "train.epochs=1"]
-    TwoPhaseTrainer(load_config(None, overrides), tmp_path / "run").fit()
+    two_phase_engine(load_config(None, overrides), tmp_path / "run").fit()
     with pytest.raises(RunError, match="--resume"):
-        TwoPhaseTrainer(load_config(None, overrides), tmp_path / "run")
+        two_phase_engine(load_config(None, overrides), tmp_path / "run")
     with pytest.raises(RunError, match=r"twophase\.beta"):
-        TwoPhaseTrainer(load_config(None, [*overrides, "twophase.beta=0.3"]), tmp_path / "run", resume=True)
+        two_phase_engine(load_config(None, [*overrides, "twophase.beta=0.3"]), tmp_path / "run", resume=True)
 
 
 def test_config_errors_name_the_key_and_the_fix() -> None:
@@ -218,7 +251,7 @@ def test_config_errors_name_the_key_and_the_fix() -> None:
     with pytest.raises(ConfigError, match="beta must be > 0"):
         load_config(None, ["twophase.beta=-0.1"])
     with pytest.raises(ConfigError, match=r"train\.precision=bf16"):
-        TwoPhaseTrainer(load_config(None, ["train.precision=bf16"]), "unused")
+        two_phase_engine(load_config(None, ["train.precision=bf16"]), "unused")
     assert isinstance(load_config(None).twophase.beta, float) and Config().twophase.nudging == "symmetric"
 
 
@@ -239,9 +272,10 @@ def test_compiled_relaxation_gives_the_eager_estimate(tmp_path: Path) -> None:
         tmp_path, [*overrides, "train.compile.enabled=true", "train.compile.backend=aot_eager"], "compiled"
     )
     compiled.compile_with_fallback()
-    assert compiled.compiled and isinstance(compiled.relax, CompiledRelax) and compiled.relax.chunk == 2
+    relaxation = task_of(compiled).relax
+    assert compiled.compiled and isinstance(relaxation, CompiledRelax) and relaxation.chunk == 2
     inputs, targets = first_batch(eager)
-    for got, want in zip(compiled.estimate(inputs, targets)[0], eager.estimate(inputs, targets)[0]):
+    for got, want in zip(two_phase_estimate(compiled, inputs, targets)[0], two_phase_estimate(eager, inputs, targets)[0]):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
@@ -258,9 +292,9 @@ def test_a_failed_compilation_falls_back_to_eager_and_says_so(
     trainer = trainer_for(tmp_path, [*SMALL, "train.compile.enabled=true"])
     with caplog.at_level(logging.WARNING):
         trainer.compile_with_fallback()
-    assert not trainer.compiled and trainer.relax is relax
-    assert "torch.compile of the relaxation failed (RuntimeError: no compiler here)" in caplog.text
-    trainer.window(*first_batch(trainer))  # and the eager window still runs
+    assert not trainer.compiled and task_of(trainer).relax is relax
+    assert "torch.compile failed (RuntimeError: no compiler here); training runs eagerly" in caplog.text
+    assert trainer.micro_step(first_batch(trainer))  # and the eager window still runs
 
 
 def test_cuda_graph_capture_is_refused_on_the_cpu_with_a_reason(
@@ -269,7 +303,7 @@ def test_cuda_graph_capture_is_refused_on_the_cpu_with_a_reason(
     with caplog.at_level(logging.INFO):
         trainer = trainer_for(tmp_path, [*SMALL, "train.cuda_graph.enabled=true"])
     assert trainer.graph is None and not trainer.capturing
-    assert "CUDA graph capture of the two-phase window off: training runs on cpu" in caplog.text
+    assert "CUDA graph capture off: training runs on cpu" in caplog.text
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -333,7 +367,7 @@ def test_one_window_descends_the_batch_loss(tmp_path: Path, nudging: str) -> Non
     sgd = ["train.optimizer.name=sgd", "train.optimizer.momentum=0", "train.grad_clip=null", "train.lr=0.05"]
     trainer = trainer_for(tmp_path, [*CONVERGED, *sgd, f"twophase.nudging={nudging}", "twophase.beta=0.01"])
     inputs, targets = first_batch(trainer)
-    before = float(trainer.estimate(inputs, targets)[1])
-    trainer.window(inputs, targets)
-    after = float(trainer.estimate(inputs, targets)[1])
+    before = float(two_phase_estimate(trainer, inputs, targets)[1])
+    trainer.micro_step((inputs, targets))
+    after = float(two_phase_estimate(trainer, inputs, targets)[1])
     assert after < before

@@ -202,13 +202,8 @@ class Engine:
                 for batch in self.epoch_batches(epoch):
                     if self.graph is not None:
                         self.graph.run(*batch)  # `captured_step`, replayed as a CUDA graph
-                    else:
-                        self.backward(self.forward_loss(batch))
-                        if self.accumulating(epoch):
-                            continue
-                        grad_norm = self.clip_gradients()
-                        self.optimizer_step(grad_norm)
-                        self.update_ema()
+                    elif not self.micro_step(batch):
+                        continue  # accumulating: the optimiser steps at the group's last micro-batch
                     self.schedule_step()
                     self.count_step()
                     self.log_window_if_due(epoch)
@@ -227,6 +222,17 @@ class Engine:
             seconds=time.perf_counter() - started,
             skipped_steps=self.skipped_steps,
         )
+
+    def micro_step(self, batch: tuple[Tensor, ...]) -> bool:
+        """Loss and backward of one micro-batch; at the end of its accumulation group, clip, optimiser step
+        and EMA. Returns whether the optimiser stepped."""
+        self.backward(self.forward_loss(batch))
+        if self.accumulating(self.current_epoch):
+            return False
+        grad_norm = self.clip_gradients()
+        self.optimizer_step(grad_norm)
+        self.update_ema()
+        return True
 
     def captured_step(self, *batch: Tensor) -> None:
         """The step of `fit` for CUDA-graph capture (no accumulation; gradients stay allocated)."""

@@ -13,13 +13,13 @@ optimiser steps against it (theta <- theta - lr * estimate), which lowers the lo
 matters: +beta pulls the outputs toward the target (F = E + beta C), and the estimate subtracts the
 free (or -beta) phase from the +beta phase.
 
-One window (one optimiser step, `TwoPhaseTrainer.window`), all on the device:
+One window (one optimiser step of the engine with a `TwoPhaseTask`), all on the device:
     free phase     relax E from s = 0 for `free_steps` steps                 -> s_0 (the prediction)
     snapshot       copy the state (units and velocity) and the model's buffers into preallocated storage
     nudged phase   relax E + beta C from the snapshot for `nudged_steps`     -> s_beta
     (symmetric)    restore the snapshot; relax E - beta C                    -> s_-beta
-    update         gradient estimate into preallocated .grad tensors, clip, optimiser step (skipped on
-                   the device when not finite), device meters
+    update         the contrast's gradient (the estimate) into .grad, clip, optimiser step (skipped on
+                   the device when not finite), device meters: the engine's step
 The window is a hot loop: no host sync (no .item(), no branch on a tensor's value), so on CUDA it can be
 captured as one CUDA graph (`train.cuda_graph`, `dynaforge.train.capture.StepGraph`) and on any device
 the relaxation can be compiled (`train.compile`); losses are read back once per logging window.
@@ -37,44 +37,29 @@ import dataclasses
 import inspect
 import logging
 import math
-import shutil
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
-from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-import dynaforge
 from dynaforge.config import (
     Config,
     ConfigError,
     TwoPhaseConfig,
     config_from_dict,
     config_to_dict,
-    load_config,
-    resolve_device,
-    save_config,
 )
 from dynaforge.errors import RunError
 from dynaforge.models.hopfield import HopfieldNet, build_energy_model, hopfield_state_gradient
 from dynaforge.runs import (
-    CHECKPOINT_VERSION,
     RunFolder,
-    holds_run,
     load_checkpoint,
-    save_checkpoint,
-    training_differences,
 )
-from dynaforge.train.capture import StepGraph
-from dynaforge.train.checkpoint import restore_rng_state, rng_state
-from dynaforge.train.log import MetricsLog, WandbLogger, WindowMeter, environment
-from dynaforge.train.optim import build_optimizer, step_unless
-from dynaforge.train.schedule import build_scheduler, schedule_intervals
-from dynaforge.train.engine import TrainingDiverged, seed_everything
+from dynaforge.train.engine import Engine, TrainSummary
+from dynaforge.train.task import EngineContext, StepLoss
 
 log = logging.getLogger(__name__)
 
@@ -279,20 +264,11 @@ def free_relaxation(
     return state.units
 
 
-# ---- the trainer ---------------------------------------------------------------------------------
-
-
-class TwoPhaseSummary(NamedTuple):
-    run: Path
-    epochs: int
-    steps: int
-    best_val_loss: float
-    last_val_loss: float
-    seconds: float
+# ---- the task ------------------------------------------------------------------------------------
 
 
 def check_supported(config: Config) -> None:
-    """Train-section switches the two-phase trainer does not have: a clear error naming the fix."""
+    """Train-section switches two-phase training does not have: a clear error naming the fix."""
     train = config.train
     problems = []
     if train.precision != "fp32":
@@ -304,50 +280,41 @@ def check_supported(config: Config) -> None:
     if train.loss != "mse":
         problems.append(f"train.loss={train.loss} (set mse: the nudging force is that of 1/2 |y - t|^2)")
     if problems:
-        raise ConfigError("the two-phase trainer does not support " + "; ".join(problems))
+        raise ConfigError("two-phase training does not support " + "; ".join(problems))
 
 
-class TwoPhaseTrainer:
-    """Trains `config.twophase.model` on the teacher task by two-phase windows, into run folder `out`.
+class TwoPhaseTask:
+    """Two-phase windows of `config.twophase.model` on the teacher task, as an engine task.
 
-    `resume`: continue the run in `out` from checkpoints/last.pt (it must be a run of the same config),
-    or start one there if it has none.
+    A step's `loss` runs the free and nudged phases without gradients and returns the contrast of
+    energies scaled by 1 / beta (1 / (2 beta) when symmetric), whose gradient in the parameters is the
+    two-phase estimate of the loss gradient, beside the loss itself at the free state (what the logs and the
+    non-finite guard read). No host sync and no branch on a tensor's value: the whole step can be captured
+    in a CUDA graph; `train.compile` compiles the relaxation (`CompiledRelax`).
     """
 
-    def __init__(self, config: Config, out: str | Path, resume: bool = False) -> None:
+    kind: str | None = CHECKPOINT_KIND
+    capturable = True
+    data_parallel = False
+
+    def __init__(self, config: Config) -> None:
         check_supported(config)
         self.config = config
         self.settings = config.twophase
-        train = config.train
-        self.run = RunFolder(Path(out))
-        self.resume_from = self.checkpoint_to_resume(resume)
-        self.device = torch.device(resolve_device(train.device))
+        self.relax: Callable[..., RelaxState] = relax
+
+    def setup(self, context: EngineContext) -> None:
+        self.context = context
+        self.device = context.device
         self.dtype = DTYPES[self.settings.dtype]
-        self.task = teacher_task(self.settings, self.device, self.dtype)
+        self.data = teacher_task(self.settings, self.device, self.dtype)
         self.batch = self.settings.batch
-        self.steps_per_epoch = self.task.train_inputs.shape[0] // self.batch
+        self.steps_per_epoch = self.data.train_inputs.shape[0] // self.batch
         if self.steps_per_epoch == 0:
             raise ConfigError(
-                f"twophase.batch={self.batch} exceeds the {self.task.train_inputs.shape[0]} training inputs; "
+                f"twophase.batch={self.batch} exceeds the {self.data.train_inputs.shape[0]} training inputs; "
                 "lower twophase.batch or raise twophase.task.train_samples"
             )
-        seed_everything(train.seed)
-        self.model = build_energy_model(self.settings.model, self.dtype).to(self.device)
-        self.parameters = [p for p in self.model.parameters() if p.requires_grad]
-        for p in self.parameters:
-            p.grad = torch.zeros_like(p)  # preallocated: every window writes its estimate here
-        self.capturing = self.cuda_graph_possible()
-        self.optimizer = build_optimizer(self.model, train, capturable=self.capturing)
-        intervals = schedule_intervals(train.schedule, train.epochs, self.steps_per_epoch)
-        self.scheduler = build_scheduler(self.optimizer, train, intervals)
-        self.meter = WindowMeter(self.device)
-        self.metrics = MetricsLog(self.run.metrics)
-        self.wandb: WandbLogger | None = None
-        self.relax: Callable[..., RelaxState] = relax
-        self.compiled = False
-        rest = self.model.initial_units(self.batch)
-        self.rest = RelaxState(rest, torch.zeros_like(rest))  # never written: every free phase starts here
-        self.snapshot = Snapshot(self.rest, self.model)
         beta = self.settings.beta
         self.betas = {
             name: torch.tensor(value, dtype=self.dtype, device=self.device)
@@ -355,100 +322,69 @@ class TwoPhaseTrainer:
         }
         symmetric = self.settings.nudging == "symmetric"
         self.contrast_scale = 1.0 / (2.0 * beta) if symmetric else 1.0 / beta
-        self.graph = (
-            StepGraph(self.window, train.cuda_graph.warmup, free_gradients=lambda: None)
-            if self.capturing
-            else None
-        )
-        # Where training stands (restored by `resume`).
-        self.step = 0
-        self.epoch = 0
-        self.batches_done = 0
-        self.best_val_loss = math.inf
-        self.val_loss = math.nan
-        self.skipped_steps = 0
 
-    # ---- the loop ----------------------------------------------------------------------------------
+    def build_model(self) -> nn.Module:
+        self.model = build_energy_model(self.settings.model, self.dtype).to(self.device)
+        rest = self.model.initial_units(self.batch)
+        self.rest = RelaxState(rest, torch.zeros_like(rest))  # never written: every free phase starts here
+        self.snapshot = Snapshot(self.rest, self.model)
+        return self.model
 
-    def fit(self, stop_after: int | None = None) -> TwoPhaseSummary:
-        """Train all epochs (from where a resumed run stands). `stop_after` ends the run after that global
-        step without a checkpoint, as a kill would (for tests)."""
-        started = time.perf_counter()
-        self.begin()
-        try:
-            self.train_epochs(stop_after)
-        finally:
-            if self.wandb is not None:
-                self.wandb.finish()
-        return self.summary(started)
+    def epochs(self) -> int:
+        return self.context.settings.epochs
 
-    def train_epochs(self, stop_after: int | None) -> None:
-        """The loop: windows, schedule, logging and checkpoints; validation at each epoch's end."""
-        for epoch in range(self.epoch, self.config.train.epochs):
-            epoch_started = time.perf_counter()
-            order = self.epoch_order(epoch)
-            self.meter.restart_clock()
-            while self.batches_done < self.steps_per_epoch:
-                inputs, targets = self.batch_of(order, self.batches_done)
-                if self.graph is not None:
-                    self.graph.run(inputs, targets)  # `window`, replayed as a CUDA graph after warmup
-                else:
-                    self.window(inputs, targets)
-                self.schedule_step()
-                self.count_step()
-                self.log_window_if_due(epoch)
-                self.save_progress_if_due()
-                if stop_after is not None and self.step >= stop_after:
-                    return
-            self.log_window(epoch)
-            self.val_loss = self.validate()
-            self.schedule_epoch(self.val_loss)
-            self.log_epoch(epoch, time.perf_counter() - epoch_started)
-            self.save_checkpoints(epochs_done=epoch + 1)
+    def micro_batches(self, epoch: int) -> int:
+        return self.steps_per_epoch
 
-    def window(self, inputs: Float[Tensor, "batch inputs"], targets: Float[Tensor, "batch outputs"]) -> None:
-        """One two-phase window on a batch: the estimate, then the update (see the module docstring).
+    def epoch_batches(self, epoch: int, skip: int) -> Iterator[tuple[Tensor, ...]]:
+        order = self.epoch_order(epoch)
+        for index in range(skip, self.steps_per_epoch):
+            yield self.batch_of(order, index)
 
-        No host sync and no branch on a tensor's value: the whole window can be captured in a CUDA graph.
-        """
-        gradients, loss = self.estimate(inputs, targets)
+    def epoch_order(self, epoch: int) -> Tensor:
+        """The training inputs' order in `epoch`: a permutation drawn from (seed, epoch) alone, so that a
+        resumed run sees the batches an uninterrupted one would."""
+        generator = torch.Generator(device="cpu")
+        generator.manual_seed(self.context.settings.seed * 1_000_003 + epoch)
+        count = self.data.train_inputs.shape[0]
+        return torch.randperm(count, generator=generator, dtype=torch.int64).to(self.device)
+
+    def batch_of(self, order: Tensor, index: int) -> tuple[Tensor, Tensor]:
+        picked = order[index * self.batch : (index + 1) * self.batch]
+        return self.data.train_inputs[picked], self.data.train_targets[picked]
+
+    # ---- one window ----------------------------------------------------------------------------------
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
+        """Free phase, snapshot, nudged phase(s); the contrast to differentiate and the batch-mean loss at
+        the free state (see the class docstring)."""
+        inputs, targets = batch[0], batch[1]
+        settings = self.settings
         with torch.no_grad():
-            for p, g in zip(self.parameters, gradients):
-                p.grad.copy_(g)  # in place on purpose: preallocated gradients, read by the optimiser
-        grad_norm = self.clip_gradients()
-        bad = ~torch.isfinite(grad_norm) | ~torch.isfinite(loss)
-        step_unless(self.optimizer, bad.to(torch.float32))
-        self.meter.add(loss, grad_norm, bad)
-
-    def estimate(
-        self, inputs: Float[Tensor, "batch inputs"], targets: Float[Tensor, "batch outputs"]
-    ) -> tuple[tuple[Tensor, ...], Float[Tensor, ""]]:
-        """Free phase, snapshot, nudged phase(s): the two-phase estimate of the gradient of the batch-mean
-        loss in every parameter, and that loss (at the free state), on the device."""
-        model, settings = self.model, self.settings
-        with torch.no_grad():
-            coupling = model.coupling()
-            drive = model.drive(inputs)
-            target_units = model.targets_to_units(targets)
+            coupling = self.model.coupling()
+            drive = self.model.drive(inputs)
+            target_units = self.model.targets_to_units(targets)
             free = self.phase(self.rest, coupling, drive, target_units, "free", settings.free_steps)
-            self.snapshot.save(free, model)
+            self.snapshot.save(free, self.model)
             plus = self.phase(free, coupling, drive, target_units, "plus", settings.nudged_steps)
             if settings.nudging == "symmetric":
-                start = self.snapshot.restore(model)
+                start = self.snapshot.restore(self.model)
                 low = self.phase(start, coupling, drive, target_units, "minus", settings.nudged_steps)
             else:
                 low = free
-            loss = cost(free.units, target_units, model.output_mask).mean()
-        return self.gradient_estimate(plus, low, inputs), loss
+            loss = cost(free.units, target_units, self.model.output_mask).mean()
+        with torch.enable_grad():
+            contrast = (self.model.energy(plus.units, inputs) - self.model.energy(low.units, inputs)).mean()
+        return StepLoss(contrast * self.contrast_scale, loss)
+
+    def gradient_estimate(self, inputs: Tensor, targets: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+        """The two-phase estimate of the gradient of the batch-mean loss in every parameter, and that loss."""
+        step = self.loss(self.model, (inputs, targets))
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        return torch.autograd.grad(step.objective, parameters), step.value
 
     def phase(
-        self,
-        start: RelaxState,
-        coupling: Tensor,
-        drive: Tensor,
-        target_units: Tensor,
-        beta: str,
-        steps: int,
+        self, start: RelaxState, coupling: Tensor, drive: Tensor, target_units: Tensor, beta: str, steps: int
     ) -> RelaxState:
         """Relax from `start` with nudging `beta` (`free`, `plus` or `minus`)."""
         s = self.settings
@@ -466,302 +402,58 @@ class TwoPhaseTrainer:
             self.model.state_gradient_function,
         )
 
-    def gradient_estimate(self, high: RelaxState, low: RelaxState, inputs: Tensor) -> tuple[Tensor, ...]:
-        """(dE/dtheta(high) - dE/dtheta(low)) * contrast_scale, E averaged over the batch: the estimate of
-        the gradient of the batch-mean loss (high = s_beta; low = s_0, or s_-beta when symmetric)."""
-        with torch.enable_grad():
-            contrast = (self.model.energy(high.units, inputs) - self.model.energy(low.units, inputs)).mean()
-            return torch.autograd.grad(contrast * self.contrast_scale, self.parameters)
-
-    def clip_gradients(self) -> Tensor:
-        """The gradient estimate's norm before clipping (clipped when `train.grad_clip` is set)."""
-        norm = get_total_norm([p.grad for p in self.parameters])
-        if self.config.train.grad_clip is not None:
-            clip_grads_with_norm_(self.parameters, self.config.train.grad_clip, norm)
-        return norm
-
-    def schedule_step(self) -> None:
-        if self.config.train.schedule.interval == "step":
-            self.scheduler.step()
-
-    def count_step(self) -> None:
-        self.step += 1
-        self.batches_done += 1
-        self.meter.count(self.batch)
-
-    def epoch_order(self, epoch: int) -> Tensor:
-        """The training inputs' order in `epoch`: a permutation drawn from (seed, epoch) alone, so that a
-        resumed run sees the batches an uninterrupted one would."""
-        generator = torch.Generator(device="cpu")
-        generator.manual_seed(self.config.train.seed * 1_000_003 + epoch)
-        return torch.randperm(self.task.train_inputs.shape[0], generator=generator, dtype=torch.int64).to(
-            self.device
-        )
-
-    def batch_of(self, order: Tensor, index: int) -> tuple[Tensor, Tensor]:
-        picked = order[index * self.batch : (index + 1) * self.batch]
-        return self.task.train_inputs[picked], self.task.train_targets[picked]
-
-    def validate(self) -> float:
-        """Mean loss of the free phase on the validation inputs (one host sync)."""
-        self.model.eval()
+    def validate(self, model: nn.Module) -> float:
+        """Mean loss of the free phase on the validation inputs."""
         s = self.settings
-        with torch.inference_mode():
-            units = free_relaxation(self.model, self.task.val_inputs, s.free_steps, s.step_size, s.momentum)
-            target_units = self.model.targets_to_units(self.task.val_targets)
-            value = float(cost(units, target_units, self.model.output_mask).mean())
-        self.model.train()
-        if not math.isfinite(value):
-            raise TrainingDiverged(
-                f"validation loss is {value} after step {self.step}; lower train.lr, twophase.step_size or "
-                "twophase.model.init_scale"
-            )
-        return value
+        units = free_relaxation(model, self.data.val_inputs, s.free_steps, s.step_size, s.momentum)
+        target_units = model.targets_to_units(self.data.val_targets)
+        return float(cost(units, target_units, model.output_mask).mean())
 
-    def schedule_epoch(self, val_loss: float) -> None:
-        self.scheduler.observe(val_loss)
-        if self.config.train.schedule.interval == "epoch":
-            self.scheduler.step()
-
-    def summary(self, started: float) -> TwoPhaseSummary:
-        return TwoPhaseSummary(
-            self.run.root,
-            self.epoch,
-            self.step,
-            self.best_val_loss,
-            self.val_loss,
-            time.perf_counter() - started,
-        )
-
-    # ---- set-up ------------------------------------------------------------------------------------
-
-    def checkpoint_to_resume(self, resume: bool) -> Path | None:
-        """The last checkpoint to continue from, None for a fresh run; refuses to clobber another run or
-        to resume one of a different config."""
-        if resume and self.run.config.exists():
-            self.check_same_config(config_to_dict(load_config(self.run.config)))
-        if resume and self.run.last.exists():
-            self.check_same_config(load_checkpoint(self.run.last)["config"])
-            return self.run.last
-        if holds_run(self.run.root) and not resume:
-            raise RunError(
-                f"{self.run.root} already holds a run; continue it with --resume, choose another --out "
-                "folder or delete this one"
-            )
-        return None
-
-    def check_same_config(self, saved: dict[str, Any]) -> None:
-        wanted = config_to_dict(self.config)
-        differences = training_differences(saved, wanted)
-        if differences:
-            raise RunError(
-                f"{self.run.root} holds a run of a different config; it cannot be resumed with this one "
-                f"({'; '.join(differences[:5])}). Pass the run's own config (RUN/config.yaml) or another --out."
-            )
-
-    def cuda_graph_possible(self) -> bool:
-        """Whether the window can be captured; says why not when capture was asked for but cannot be."""
-        train = self.config.train
-        if not train.cuda_graph.enabled:
-            return False
-        reasons = []
-        if self.device.type != "cuda":
-            reasons.append(f"training runs on {self.device.type}")
-        if train.optimizer.name not in ("adam", "adamw"):
-            reasons.append(f"optimizer {train.optimizer.name} has no capturable mode")
-        if train.compile.enabled and train.compile.mode == "reduce-overhead":
-            reasons.append("compile mode reduce-overhead already uses CUDA graphs")
-        if reasons:
-            log.info("CUDA graph capture of the two-phase window off: %s", "; ".join(reasons))
-            return False
-        return True
-
-    def begin(self) -> None:
-        if self.resume_from is not None:
-            self.restore(load_checkpoint(self.resume_from, map_location=self.device))
-        else:
-            self.prepare_run_folder()
-        if self.epoch == self.config.train.epochs:
-            return  # a finished run: nothing to compile or log
-        if self.config.train.compile.enabled:
-            self.compile_with_fallback()
-        if self.config.train.wandb.enabled:
-            self.wandb = WandbLogger(self.config.train.wandb, self.run.root, config_to_dict(self.config))
-
-    def prepare_run_folder(self) -> None:
-        shutil.rmtree(self.run.checkpoints, ignore_errors=True)
-        self.run.checkpoints.mkdir(parents=True, exist_ok=True)
-        save_config(self.config, self.run.config)
-        self.metrics.start(
-            {
-                **environment(),
-                "trainer": CHECKPOINT_KIND,
-                "device": str(self.device),
-                "parameters": sum(p.numel() for p in self.parameters),
-                "train_samples": self.task.train_inputs.shape[0],
-                "val_samples": self.task.val_inputs.shape[0],
-                "steps_per_epoch": self.steps_per_epoch,
-                "cuda_graph": self.capturing,
-            }
-        )
-
-    def restore(self, state: dict[str, Any]) -> None:
-        if state.get("kind") != CHECKPOINT_KIND:
-            raise RunError(f"{self.resume_from} is not a two-phase checkpoint (kind {state.get('kind')!r})")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        restore_rng_state(state["rng"])
-        self.step = int(state["step"])
-        self.epoch = int(state["position"]["epoch"])
-        self.batches_done = int(state["position"]["batches"])
-        self.best_val_loss = float(state["best_val_loss"])
-        self.val_loss = float(state["val_loss"])
-        self.skipped_steps = int(state["skipped_steps"])
-        self.meter.epoch.copy_(torch.tensor(state["epoch_loss"], dtype=torch.float64))
-        if state["complete"]:
-            log.info("%s has finished training; nothing to resume", self.run.root)
-            return
-        self.metrics.resume(
-            self.step,
-            {"kind": "resume", "step": self.step, "epoch": self.epoch + 1, "batch": self.batches_done},
-        )
-        log.info(
-            "resuming %s at epoch %d, window %d, step %d",
-            self.run.root,
-            self.epoch + 1,
-            self.batches_done,
-            self.step,
-        )
-
-    def compile_with_fallback(self) -> None:
-        """torch.compile the relaxation (`CompiledRelax`); if a trial relaxation fails to compile, log it
-        and stay eager.
-
-        The trial relaxes one training batch (free and nudged, the shapes training uses); it changes
-        nothing (relaxation writes no tensor it was given)."""
-        compile_config = self.config.train.compile
+    def compiled(self, model: nn.Module) -> nn.Module | None:
+        """torch.compile the relaxation (`CompiledRelax`), tried on one training batch (free and nudged, the
+        shapes training uses; relaxation writes no tensor it was given). On failure it stays eager."""
+        compile_config = self.context.settings.compile
         mode = compile_config.mode if compile_config.backend == "inductor" else None
         chunk = compiled_chunk(self.settings.free_steps, self.settings.nudged_steps)
-        compiled = CompiledRelax(chunk, mode, compile_config.backend, compile_config.dynamic)
-        eager, self.relax = self.relax, compiled
+        eager, self.relax = (
+            self.relax,
+            CompiledRelax(chunk, mode, compile_config.backend, compile_config.dynamic),
+        )
         try:
-            inputs, targets = self.batch_of(self.epoch_order(self.epoch), 0)
+            inputs, targets = self.batch_of(self.epoch_order(0), 0)
             with torch.no_grad():
                 coupling, drive = self.model.coupling(), self.model.drive(inputs)
                 target_units = self.model.targets_to_units(targets)
                 free = self.phase(self.rest, coupling, drive, target_units, "free", self.settings.free_steps)
                 self.phase(free, coupling, drive, target_units, "plus", self.settings.nudged_steps)
-            self.compiled = True
-            log.info(
-                "relaxation compiled in chunks of %d steps (mode %s, backend %s)",
-                chunk,
-                compile_config.mode,
-                compile_config.backend,
-            )
-        except Exception as error:  # any compilation failure: eager, logged
+        except Exception:
             self.relax = eager
-            log.warning(
-                "torch.compile of the relaxation failed (%s: %s); it runs eagerly",
-                type(error).__name__,
-                str(error).splitlines()[0] if str(error) else "",
-            )
+            raise
+        log.info("relaxation compiled in chunks of %d steps", chunk)
+        return model
 
-    # ---- logging and checkpoints -------------------------------------------------------------------
+    # ---- what the run records -----------------------------------------------------------------------
 
-    def log_window_if_due(self, epoch: int) -> None:
-        if self.step % self.config.train.log_every == 0:
-            self.log_window(epoch)
+    def describe(self) -> str:
+        return f"an energy model ({self.settings.model.name}) on {self.data.train_inputs.shape[0]} teacher samples"
 
-    def log_window(self, epoch: int) -> None:
-        """Read the window meters (the one host sync of a logging window) and write a metrics line."""
-        if self.meter.steps == 0:
-            return
-        summary = self.meter.read()
-        self.meter.reset()
-        self.skipped_steps += summary["skipped"]
-        lr = float(self.optimizer.param_groups[0]["lr"])
-        summary["windows_per_s"] = summary["samples_per_s"] / self.batch
-        self.write_record({"kind": "train", "epoch": epoch + 1, "step": self.step, "lr": lr, **summary})
-        limit = self.config.train.max_bad_steps
-        if summary["bad_streak"] >= limit:
-            raise TrainingDiverged(
-                f"{summary['bad_streak']} windows in a row had a non-finite loss or gradient estimate (by step "
-                f"{self.step}); stopping after train.max_bad_steps={limit}. Lower train.lr or "
-                "twophase.step_size, or set train.grad_clip. checkpoints/last.pt holds the last good state."
-            )
-
-    def log_epoch(self, epoch: int, seconds: float) -> None:
-        loss_sum, good = self.meter.epoch.tolist()
-        record = {
-            "kind": "epoch",
-            "epoch": epoch + 1,
-            "step": self.step,
-            "train_loss": loss_sum / good if good else math.nan,
-            "val_loss": self.val_loss,
-            "best": self.val_loss < self.best_val_loss,
-            "lr": float(self.optimizer.param_groups[0]["lr"]),
-            "skipped_steps": self.skipped_steps,
-            "epoch_time": seconds,
-        }
-        self.write_record(record)
-        log.info(
-            "epoch %d/%d  train %.3e  val %.3e  %.1f s%s",
-            epoch + 1,
-            self.config.train.epochs,
-            record["train_loss"],
-            self.val_loss,
-            seconds,
-            "  (best)" if record["best"] else "",
-        )
-
-    def write_record(self, record: dict[str, Any]) -> None:
-        self.metrics.write(record)
-        if self.wandb is not None:
-            self.wandb.log(record)
-
-    def save_progress_if_due(self) -> None:
-        every = self.config.train.checkpoint_every
-        if every and self.step % every == 0 and self.batches_done < self.steps_per_epoch:
-            self.save_checkpoints(epochs_done=self.epoch)
-
-    def save_checkpoints(self, epochs_done: int) -> None:
-        """At an epoch's end: best.pt when the validation loss improved, then last.pt; mid-epoch last.pt."""
-        at_epoch_end = self.batches_done == self.steps_per_epoch
-        improved = at_epoch_end and self.val_loss < self.best_val_loss
-        if improved:
-            self.best_val_loss = self.val_loss
-        position = {"epoch": epochs_done, "batches": 0 if at_epoch_end else self.batches_done}
-        epoch_loss = [0.0, 0.0] if at_epoch_end else self.meter.epoch.tolist()
-        state = self.checkpoint_state(position, epoch_loss)
-        if improved:
-            save_checkpoint(self.run.best, state)
-        save_checkpoint(self.run.last, state)
-        if at_epoch_end:
-            self.epoch = epochs_done
-            self.batches_done = 0
-            self.meter.epoch.zero_()
-
-    def checkpoint_state(self, position: dict[str, int], epoch_loss: list[float]) -> dict[str, Any]:
+    def header(self) -> dict[str, Any]:
         return {
-            "format_version": CHECKPOINT_VERSION,
-            "dynaforge_version": dynaforge.__version__,
-            "kind": CHECKPOINT_KIND,
-            "model": self.model.state_dict(),
-            "model_config": config_to_dict(self.settings.model),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng": rng_state(),
-            "step": self.step,
-            "position": position,
-            "epoch": position["epoch"],
-            "epoch_loss": epoch_loss,
-            "skipped_steps": self.skipped_steps,
-            "complete": position["epoch"] == self.config.train.epochs and position["batches"] == 0,
-            "val_loss": self.val_loss,
-            "best_val_loss": self.best_val_loss,
-            "config": config_to_dict(self.config),
+            "trainer": CHECKPOINT_KIND,
+            "train_samples": self.data.train_inputs.shape[0],
+            "val_samples": self.data.val_inputs.shape[0],
         }
+
+    def checkpoint_extras(self) -> dict[str, Any]:
+        return {"model_config": config_to_dict(self.settings.model)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Nothing beyond what the engine restores: the teacher task is rebuilt from its seed."""
+
+
+def two_phase_engine(config: Config, out: str | Path, resume: bool = False) -> Engine:
+    """The engine set up to train `config.twophase` into run folder `out` (resuming when asked)."""
+    return Engine(config, TwoPhaseTask(config), out, resume=resume)
 
 
 def energy_model_from_checkpoint(path: str | Path, device: str = "cpu") -> HopfieldNet:
@@ -779,8 +471,6 @@ def energy_model_from_checkpoint(path: str | Path, device: str = "cpu") -> Hopfi
     return model.eval()
 
 
-def train_two_phase(
-    config: Config, out: str | Path, resume: bool = False, stop_after: int | None = None
-) -> TwoPhaseSummary:
-    """Train (or resume) `config.twophase` into run folder `out` (see `TwoPhaseTrainer`)."""
-    return TwoPhaseTrainer(config, out, resume).fit(stop_after)
+def train_two_phase(config: Config, out: str | Path, resume: bool = False) -> TrainSummary:
+    """Train (or resume) `config.twophase` into run folder `out` (see `TwoPhaseTask`)."""
+    return two_phase_engine(config, out, resume).fit()
