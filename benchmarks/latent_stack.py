@@ -98,7 +98,7 @@ from dynaforge.models.latent_stack import (
     operator_step,
     predictor_corrector_rollout,
 )
-from dynaforge.models.registry import model_from_checkpoint
+from dynaforge.models.loading import model_from_checkpoint
 from dynaforge.runs import load_checkpoint
 from dynaforge.store import DatasetFolder
 from dynaforge.train import window_engine

@@ -48,7 +48,8 @@ import torch
 
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import load_config
-from dynaforge.models.step_controller import LearnedStep, load_learned_controller
+from dynaforge.models.loading import load_learned_controller
+from dynaforge.models.step_controller import LearnedStep
 from dynaforge.systems.nbody.control import ClassicalStep, FixedStep, Integrator, StepController
 from dynaforge.systems.nbody.initial import (
     FIGURE_EIGHT_PERIOD,
@@ -294,10 +295,12 @@ def throughput(systems: int, bodies: int, steps: int, sequential_systems: int) -
 
 
 def train_default_controller(quick: bool, folder: Path) -> Path:
-    from dynaforge.train.nbody_controller import train_controller
+    from dynaforge.train.step_controller import train_controller
 
     overrides = (
-        ["timestepper.steps=4", "timestepper.eval_every=2", "timestepper.checkpoint_every=2"] if quick else []
+        ["timestepper.steps=4", "timestepper.eval_every=2", "timestepper.train.checkpoint_every=2"]
+        if quick
+        else []
     )
     train_controller(load_config(TRAIN_CONFIG, overrides), folder)
     return folder

@@ -245,6 +245,7 @@ def add_nbody_parser(verbs: argparse._SubParsersAction) -> None:
         "--resume", action="store_true", help="continue the run in --out from checkpoints/last.pt"
     )
     train.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(handler=run_nbody_train)
 
 
@@ -386,13 +387,14 @@ def run_nbody_simulate(args: argparse.Namespace) -> int:
 
 
 def run_nbody_train(args: argparse.Namespace) -> int:
-    from dynaforge.train.nbody_controller import train_controller
+    from dynaforge.train.step_controller import train_controller
 
     config = load_config(args.config, args.overrides)
     with torch_threads(args.threads):
-        metrics = train_controller(config, args.out, resume=args.resume)
-    if metrics:
-        print(f"{args.out}: validation loss {metrics['val_loss']:.4g}")
+        summary = train_controller(
+            config, args.out, resume=args.resume, progress=False if args.no_progress else None
+        )
+    print(f"{summary.run}: {summary.steps} steps, best validation loss {summary.best_val_loss:.4g}")
     return 0
 
 

@@ -14,10 +14,9 @@ import logging
 from pathlib import Path
 
 from dynaforge.config import Config, config_differences, config_to_dict, load_config, save_config
-from dynaforge.errors import RunError
 from dynaforge.evaluate import evaluate, evaluation_is_current
 from dynaforge.generate import generate
-from dynaforge.runs import holds_run, load_checkpoint, run_folder, training_differences
+from dynaforge.runs import check_same_run, holds_run, load_checkpoint, run_folder
 from dynaforge.store.format import MANIFEST
 from dynaforge.store.writer import identity_of
 from dynaforge.train import train
@@ -77,13 +76,7 @@ def training_is_complete(root: Path, config: Config) -> bool:
     if run.config.exists():
         saved = config_to_dict(load_config(run.config))
         wanted = config_to_dict(config)
-        differences = training_differences(saved, wanted)
-        if differences:
-            raise RunError(
-                f"{root} holds a run trained with a different config; refusing to overwrite it.\n"
-                "  Differences (existing != requested):\n    " + "\n    ".join(differences[:20]) + "\n"
-                "  Use another --out folder, or pass the same config."
-            )
+        check_same_run(saved, wanted, str(root), "Use another --out folder, or pass the same config.")
         if saved.get("evaluate") != wanted.get("evaluate"):
             save_config(config, run.config)  # the evaluation follows the new evaluate section
     if not run.last.exists():

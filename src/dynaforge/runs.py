@@ -44,6 +44,7 @@ import torch
 
 from dynaforge.atomic import atomic_path
 from dynaforge.config import ConfigError, config_differences, config_from_dict, config_to_dict
+from dynaforge.errors import RunError
 
 EVALUATION_ONLY = ("evaluate", "tune")
 """Config sections that change only how a run is evaluated or searched over, not the run itself."""
@@ -91,16 +92,38 @@ def holds_run(path: str | Path) -> bool:
     return run.config.exists() or run.metrics.exists() or run.checkpoints.exists()
 
 
-def training_differences(saved: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
-    """The dotted keys where two plain config dicts train differently (evaluation-only sections ignored).
+def training_differences(
+    saved: Mapping[str, Any], wanted: Mapping[str, Any], ignored: tuple[str, ...] = EVALUATION_ONLY
+) -> list[str]:
+    """The dotted keys where two plain config dicts differ, outside the `ignored` sections (by default the
+    evaluation-only ones: the keys where they train differently).
 
-    `saved` is completed with today's defaults first, so a run saved before a config section existed still
-    matches a config that leaves that section at its defaults.
+    `saved` is completed with today's defaults first (and its keys of earlier versions read where they
+    live now), so a run saved before a config section existed still matches a config that leaves that
+    section at its defaults.
     """
     return config_differences(
-        {k: v for k, v in with_defaults(saved).items() if k not in EVALUATION_ONLY},
-        {k: v for k, v in wanted.items() if k not in EVALUATION_ONLY},
+        {k: v for k, v in with_defaults(saved).items() if k not in ignored},
+        {k: v for k, v in wanted.items() if k not in ignored},
     )
+
+
+def check_same_run(
+    saved: Mapping[str, Any],
+    wanted: Mapping[str, Any],
+    holder: str,
+    fix: str,
+    ignored: tuple[str, ...] = EVALUATION_ONLY,
+) -> None:
+    """The one "same run?" check: refuse to continue what `holder` names (a run folder, a stack, a study, a
+    W&B artifact) with a config that differs from its `saved` one outside the `ignored` sections. The
+    error lists the differing keys and ends with `fix`."""
+    differences = training_differences(saved, wanted, ignored)
+    if differences:
+        raise RunError(
+            f"{holder} holds a run of a different config; it cannot be continued with this one.\n"
+            "  Differences (existing != requested):\n    " + "\n    ".join(differences[:20]) + f"\n  {fix}"
+        )
 
 
 def with_defaults(saved: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from dynaforge.models import MODELS, ModelInput, ModelShape, build_model, model_
 from dynaforge.runs import CHECKPOINT_VERSION, save_checkpoint
 from dynaforge.store import DatasetFolder
 from dynaforge.train import train
-from dynaforge.train.nbody_controller import train_controller
+from dynaforge.train.step_controller import train_controller
 from tests.conftest import CONFIGS
 
 TINY_2D = [

@@ -13,10 +13,10 @@ import torch
 
 from dynaforge.config import load_config
 from dynaforge.train.log import read_metrics
-from dynaforge.train.nbody_controller import train_controller
+from dynaforge.train.step_controller import train_controller
 
 TINY = Path(__file__).resolve().parents[2] / "configs" / "nbody_tiny.yaml"
-OVERRIDES = ["timestepper.steps=16", "timestepper.checkpoint_every=2", "timestepper.eval_every=4"]
+OVERRIDES = ["timestepper.steps=16", "timestepper.train.checkpoint_every=2", "timestepper.eval_every=4"]
 
 
 def test_sigkilled_training_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_sigkilled_training_resumes_to_the_uninterrupted_result(tmp_path: Path) 
     for name, value in straight["model"].items():
         assert torch.equal(resumed["model"][name], value), name
     assert resumed["best_val_loss"] == straight["best_val_loss"]
-    logged = [r for r in read_metrics(killed / "metrics.jsonl") if r["kind"] in ("train", "validation")]
+    logged = [r for r in read_metrics(killed / "metrics.jsonl") if r["kind"] in ("train", "epoch")]
     expected = [r for r in read_metrics(tmp_path / "straight" / "metrics.jsonl") if r["kind"] != "header"]
     assert [(r["step"], r.get("loss"), r.get("val_loss")) for r in logged] == [
         (r["step"], r.get("loss"), r.get("val_loss")) for r in expected

@@ -178,7 +178,7 @@ def test_resume_refuses_another_config_and_fresh_training_refuses_an_existing_ru
         == 2
     )
     error = capsys.readouterr().err
-    assert "train.epochs: 1 != 2" in error and "cannot be resumed" in error
+    assert "train.epochs: 1 != 2" in error and "cannot be continued" in error
     assert main(["-q", "train", TINY, "train.epochs=1", "--data", str(tiny_data), "--out", str(run)]) == 2
     assert "continue it with --resume" in capsys.readouterr().err
     # Resuming a finished run does nothing more.

@@ -16,7 +16,7 @@ import torch
 from dynaforge.config import load_config
 from dynaforge.models.latent import Conditions
 from dynaforge.models.latent_stack import load_stack, predictor_corrector_rollout
-from dynaforge.models.registry import model_from_checkpoint
+from dynaforge.models.loading import model_from_checkpoint
 from dynaforge.runs import load_checkpoint
 from dynaforge.train.stages import STAGES, run_stages
 from tests.conftest import CONFIGS

@@ -195,8 +195,9 @@ def test_controller_study_tunes_the_nbody_step_controller(tmp_path: Path, one_th
         CONFIGS / "nbody_tiny.yaml",
         {},
         {
+            # The key the controller's learning rate had before `timestepper.train` (read there now).
             "space": {"timestepper.lr": {"kind": "log_uniform", "low": 1.0e-4, "high": 1.0e-2}},
-            "objectives": [{"metric": "val_loss"}],
+            "objectives": [{"metric": "val_kepler_max_error"}],
             "plots": False,
         },
     )
@@ -204,8 +205,12 @@ def test_controller_study_tunes_the_nbody_step_controller(tmp_path: Path, one_th
     assert main(["-q", "tune", str(config), "--trials", "2", "--out", str(study)]) == 0
     loaded = optuna.load_study(study_name="ctrl", storage=f"sqlite:///{study / 'study.db'}")
     assert [t.state for t in loaded.trials] == [optuna.trial.TrialState.COMPLETE] * 2
-    # One intermediate value per evaluation (every timestepper.eval_every = 2 of 4 steps).
-    assert all(sorted(t.intermediate_values) == [2, 4] for t in loaded.trials)
+    # One intermediate value per epoch (timestepper.eval_every = 2 of 4 steps: 2 epochs).
+    assert all(sorted(t.intermediate_values) == [1, 2] for t in loaded.trials)
+    assert all(0 < t.value < 1e-3 for t in loaded.trials)  # a relative energy error
+    for trial in loaded.trials:  # the drawn rate is what the trial trained with
+        saved = load_config(study / trial.user_attrs["run"] / "config.yaml")
+        assert saved.timestepper.train.lr == pytest.approx(trial.params["timestepper.train.lr"])
     assert (study / "best" / "checkpoints" / "best.pt").exists()
 
 

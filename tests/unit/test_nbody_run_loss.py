@@ -12,7 +12,8 @@ import torch
 
 from dynaforge.config import ConfigError, load_config
 from dynaforge.errors import RunError
-from dynaforge.models.step_controller import LearnedStep, StepControllerNet, load_learned_controller
+from dynaforge.models.loading import load_learned_controller
+from dynaforge.models.step_controller import LearnedStep, StepControllerNet
 from dynaforge.systems.nbody.control import (
     CLASSICAL_FEATURE,
     FEATURE_NAMES,
@@ -23,8 +24,9 @@ from dynaforge.systems.nbody.control import (
 )
 from dynaforge.systems.nbody.initial import kepler_orbit
 from dynaforge.systems.nbody.physics import BodyState, make_params
+from dynaforge.train.controller_losses import RunLoss, run_loss
 from dynaforge.train.log import read_metrics
-from dynaforge.train.nbody_controller import RunLoss, Trainer, run_loss, train_controller
+from dynaforge.train.step_controller import controller_engine, train_controller
 
 TINY = Path(__file__).resolve().parents[2] / "configs" / "nbody_tiny.yaml"
 PERIOD = 2.0 * math.pi  # a = 1, M = 1
@@ -89,7 +91,7 @@ def test_training_with_the_run_loss_logs_the_cost(tmp_path: Path) -> None:
     train_controller(config, tmp_path / "run")
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     train = [r for r in records if r["kind"] == "train"]
-    validation = [r for r in records if r["kind"] == "validation"]
+    validation = [r for r in records if r["kind"] == "epoch"]
     assert len(train) == 4 and all(math.isfinite(r["cost"]) for r in train)
     assert {"val_kepler_cost", "val_cluster3_steps_per_time"} <= validation[-1].keys()
     # The loss does not see a global step scale, so the output biases (which set it) stay untrained.
@@ -105,10 +107,10 @@ def test_missing_wandb_error_names_the_timestepper_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
-    config = load_config(TINY, ["timestepper.wandb.enabled=true"])
-    with pytest.raises(RunError, match=r"timestepper\.wandb\.enabled=true") as caught:
+    config = load_config(TINY, ["timestepper.train.wandb.enabled=true"])
+    with pytest.raises(RunError, match=r"timestepper\.train\.wandb\.enabled=true") as caught:
         train_controller(config, tmp_path / "run")
-    assert "train.wandb" not in str(caught.value)
+    assert " train.wandb" not in str(caught.value)
 
 
 def test_run_scale_sets_the_training_step_scale(tmp_path: Path) -> None:
@@ -117,10 +119,10 @@ def test_run_scale_sets_the_training_step_scale(tmp_path: Path) -> None:
     proposals = {}
     for loss, scale in (("run", 1.0), ("run", 0.25), ("window", 0.25)):
         config = load_config(TINY, [f"timestepper.loss={loss}", f"timestepper.run_scale={scale}"])
-        trainer = Trainer(config, tmp_path / f"{loss}{scale}")
-        stream = trainer.start_stream("kepler", torch.arange(4))
+        task = controller_engine(config, tmp_path / f"{loss}{scale}").task
+        stream = task.start_stream(task.net, "kepler", torch.arange(4))
         with torch.no_grad():
-            _, info = trainer.integrator(stream.params).step(stream.run)
+            _, info = task.integrator(task.net, stream.params).step(stream.run)
         proposals[(loss, scale)] = info.proposal
     torch.testing.assert_close(proposals[("run", 0.25)], 0.25 * proposals[("run", 1.0)], rtol=1e-12, atol=0.0)
     torch.testing.assert_close(proposals[("window", 0.25)], proposals[("run", 1.0)], rtol=1e-12, atol=0.0)

@@ -26,7 +26,7 @@ from dynaforge.systems.nbody.control import (
 )
 from dynaforge.systems.nbody.initial import kepler_orbit, load_initial_npy, random_cluster, save_initial_npy
 from dynaforge.systems.nbody.physics import BodyState, gravity, make_params
-from dynaforge.train.nbody_controller import feature_indices
+from dynaforge.train.step_controller import feature_indices
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -57,7 +57,7 @@ def test_config_errors_name_the_fix() -> None:
     with pytest.raises(ConfigError, match=r"Did you mean 'system\.softening'"):
         load_config(None, ["system.name=nbody", "system.softenning=0.1"])
     with pytest.raises(ConfigError, match=r"system\.control\.model=RUN"):
-        from dynaforge.models.step_controller import controller_for
+        from dynaforge.models.loading import controller_for
 
         controller_for(
             load_config(None, ["system.name=nbody", "system.control.kind=learned"]).system.control, 0.1

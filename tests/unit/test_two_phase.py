@@ -17,6 +17,7 @@ from torch import Tensor
 from dynaforge.config import Config, ConfigError, load_config
 from dynaforge.errors import RunError
 from dynaforge.models.hopfield import HopfieldNet
+from dynaforge.models.loading import energy_model_from_checkpoint
 from dynaforge.runs import load_checkpoint
 from dynaforge.train.engine import Engine
 from dynaforge.train.log import read_metrics
@@ -27,7 +28,6 @@ from dynaforge.train.two_phase import (
     TwoPhaseTask,
     compiled_chunk,
     cost,
-    energy_model_from_checkpoint,
     free_relaxation,
     relax,
     two_phase_engine,
@@ -275,7 +275,9 @@ def test_compiled_relaxation_gives_the_eager_estimate(tmp_path: Path) -> None:
     relaxation = task_of(compiled).relax
     assert compiled.compiled and isinstance(relaxation, CompiledRelax) and relaxation.chunk == 2
     inputs, targets = first_batch(eager)
-    for got, want in zip(two_phase_estimate(compiled, inputs, targets)[0], two_phase_estimate(eager, inputs, targets)[0]):
+    for got, want in zip(
+        two_phase_estimate(compiled, inputs, targets)[0], two_phase_estimate(eager, inputs, targets)[0]
+    ):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 

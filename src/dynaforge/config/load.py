@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -21,12 +22,14 @@ from dynaforge.config.base import ConfigError, Range
 from dynaforge.config.data import DataConfig, DatasetConfig
 from dynaforge.config.evaluate import EvaluateConfig
 from dynaforge.config.models import MODEL_CONFIGS, FNOConfig, ModelConfig
-from dynaforge.config.nbody import SYSTEM_CONFIGS, NBodyConfig, TimestepperConfig
+from dynaforge.config.nbody import LEGACY_TIMESTEPPER_KEYS, SYSTEM_CONFIGS, NBodyConfig, TimestepperConfig
 from dynaforge.config.stack import StagesConfig
 from dynaforge.config.systems import BurgersConfig, SystemConfig
 from dynaforge.config.train import TRAIN_PRESETS, TrainConfig
 from dynaforge.config.tune import TuneConfig
 from dynaforge.config.two_phase import TwoPhaseConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,23 +78,90 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         raise ConfigError(f"cannot apply overrides {list(overrides)}: {error}") from error
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping at the top level")
+    _, moved = upgrade_legacy_keys(data)
+    if moved:
+        log.warning(
+            "%s: %s now sit under timestepper.train (read from there); move them in the file",
+            path or "overrides",
+            ", ".join(moved),
+        )
     return config_from_dict(data)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> Config:
-    """Build a validated `Config` from plain data (the inverse of `config_to_dict`)."""
-    return _build(Config, apply_train_preset(data), "")
+    """Build a validated `Config` from plain data (the inverse of `config_to_dict`); keys of earlier
+    versions are read where they live now (`upgrade_legacy_keys`)."""
+    return _build(Config, apply_train_preset(upgrade_legacy_keys(data)[0]), "")
+
+
+def upgrade_legacy_keys(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`data` with the keys of earlier versions moved to where they live now, and the keys it moved.
+
+    `timestepper.lr`, `.optimizer`, ... (`LEGACY_TIMESTEPPER_KEYS`) became `timestepper.train.*` when the
+    controller moved onto the training engine; `timestepper.lbfgs_steps` went with its L-BFGS phase (a
+    saved 0 is dropped). Configs and checkpoints written before then load unchanged.
+    """
+    data, renamed = _upgrade_space_keys(data)
+    timestepper = data.get("timestepper")
+    if not isinstance(timestepper, Mapping):
+        return data, renamed
+    moved = [key for key in LEGACY_TIMESTEPPER_KEYS if key in timestepper]
+    if not moved and "lbfgs_steps" not in timestepper:
+        return data, renamed
+    if timestepper.get("lbfgs_steps"):
+        raise ConfigError(
+            "timestepper.lbfgs_steps: the L-BFGS phase after Adam was removed (the controller trains on the "
+            "training engine, with one optimiser); drop the key or set it to 0"
+        )
+    section = {k: v for k, v in timestepper.items() if k not in moved and k != "lbfgs_steps"}
+    train = section.get("train", {})
+    if not isinstance(train, Mapping):
+        return {**data, "timestepper": section}, renamed  # _build reports the bad section
+    clashes = [key for key in moved if key in train]
+    if clashes:
+        raise ConfigError(
+            f"timestepper.{clashes[0]} and timestepper.train.{clashes[0]} are both set; keep "
+            f"timestepper.train.{clashes[0]}"
+        )
+    section["train"] = {**train, **{key: timestepper[key] for key in moved}}
+    return {**data, "timestepper": section}, renamed + [f"timestepper.{key}" for key in moved]
+
+
+def _upgrade_space_keys(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`tune.space` keys `timestepper.lr`, ... renamed `timestepper.train.lr`, ..., and the names changed."""
+    tune = data.get("tune")
+    space = tune.get("space") if isinstance(tune, Mapping) else None
+    if not isinstance(space, Mapping):
+        return dict(data), []
+    legacy = {f"timestepper.{key}" for key in LEGACY_TIMESTEPPER_KEYS}
+    renamed = [key for key in space if key in legacy or key.rsplit(".", 1)[0] in legacy]
+    if not renamed:
+        return dict(data), []
+    upgraded = {
+        key.replace("timestepper.", "timestepper.train.", 1) if key in renamed else key: value
+        for key, value in space.items()
+    }
+    return {**data, "tune": {**tune, "space": upgraded}}, [f"tune.space key {key}" for key in renamed]
 
 
 def apply_train_preset(data: Mapping[str, Any]) -> dict[str, Any]:
-    """`data` with its `train.preset` values filled in beneath the train section's own values."""
-    train = data.get("train", {})
-    if not isinstance(train, Mapping):
-        return dict(data)  # _build reports the bad section
-    name = train.get("preset", "default")
+    """`data` with the values of `train.preset` (and `timestepper.train.preset`) filled in beneath the
+    section's own values."""
+    result = {**data, "train": _with_preset(data.get("train", {}), "train")}
+    timestepper = data.get("timestepper", {})
+    if isinstance(timestepper, Mapping) and "train" in timestepper:
+        train = _with_preset(timestepper["train"], "timestepper.train")
+        result["timestepper"] = {**timestepper, "train": train}
+    return result
+
+
+def _with_preset(section: Any, where: str) -> Any:
+    if not isinstance(section, Mapping):
+        return section  # _build reports the bad section
+    name = section.get("preset", "default")
     if name not in TRAIN_PRESETS:
-        raise ConfigError(f"train.preset={name!r} is not valid; choose one of: {', '.join(TRAIN_PRESETS)}")
-    return {**data, "train": _merge_beneath(TRAIN_PRESETS[name], train)}
+        raise ConfigError(f"{where}.preset={name!r} is not valid; choose one of: {', '.join(TRAIN_PRESETS)}")
+    return _merge_beneath(TRAIN_PRESETS[name], section)
 
 
 def _merge_beneath(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:

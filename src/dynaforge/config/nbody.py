@@ -17,7 +17,7 @@ from dynaforge.config.systems import (
     RandomCNNConfig,
     SystemConfig,
 )
-from dynaforge.config.train import OptimizerConfig, ScheduleConfig, WandbConfig
+from dynaforge.config.train import OptimizerConfig, ScheduleConfig, TrainConfig
 
 
 @dataclass
@@ -264,26 +264,21 @@ class TimestepperConfig:
     not change when every step is scaled by the same factor, so it judges how h(y) varies between
     states (where to spend steps), while the band edges set its overall level. (max_n is a soft maximum,
     logsumexp with sharpness 8, so the cost stays smooth.)
+
+    The training engine runs it (`dynaforge.train.step_controller`): `train` holds the optimiser, schedule,
+    clipping, precision, EMA, logging, checkpoints, seed and device (`TrainConfig`, with the defaults of
+    `controller_training`). `steps` and `eval_every` take the place of `train.epochs`: an epoch is
+    `eval_every` optimiser steps followed by validation, and `train.epochs` is not read.
     """
 
     model: ControllerNetConfig = field(default_factory=ControllerNetConfig)
     """The network."""
     systems: ControllerSystemsConfig = field(default_factory=ControllerSystemsConfig)
     """The training systems."""
+    train: TrainConfig = field(default_factory=lambda: controller_training())
+    """The training engine's settings (see the class docstring)."""
     steps: int = 300
-    """Steps of the first-order optimiser (`optimizer`)."""
-    lr: float = 3e-3
-    """Peak learning rate of `optimizer` (shaped by `schedule`)."""
-    optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(name="adam", fused=False))
-    """The first-order optimiser, built by the trainer engine (`dynaforge.train.optim`)."""
-    schedule: ScheduleConfig = field(
-        default_factory=lambda: ScheduleConfig(name="constant", warmup_fraction=0.0)
-    )
-    """The learning-rate schedule over the `steps` optimiser steps (`dynaforge.train.schedule`)."""
-    weight_decay: float = 0.0
-    """Decoupled weight decay of matrices (AdamW, Muon) or L2 penalty (SGD); 0 = none."""
-    wandb: WandbConfig = field(default_factory=WandbConfig)
-    """Optional Weights & Biases logging beside metrics.jsonl."""
+    """Optimiser steps in all."""
     batch: int = 32
     """Windows per optimiser step."""
     window: int = 32
@@ -300,10 +295,6 @@ class TimestepperConfig:
     """Weight of the scale-free shape cost (which holds the main larger-step reward)."""
     penalty: float = 1.0
     """Weight of the band penalties."""
-    grad_clip: float = 1.0
-    """Clip the gradient norm (the norm is logged anyway)."""
-    lbfgs_steps: int = 0
-    """L-BFGS iterations after Adam, on the fixed validation episodes (0 = none)."""
     loss: Literal["window", "run"] = "window"
     """`window`: the per-window loss above (streams of windows). `run`: a whole-run, scale-free loss:
     each optimiser step integrates `batch` systems of one group from fresh start states for `horizon`
@@ -345,42 +336,54 @@ class TimestepperConfig:
     output biases frozen (`train_bias: false`) the linear path's weights on features with non-zero means can still shift every step
     alike; outside leapfrog's h^2 regime the loss pushes that shift until the bounded correction saturates
     (docs/nbody.md). The pin keeps the mean correction near zero so only the step shape is trained."""
-    seed: int = 0
-    """Seeds the training systems, episode draws and the network's initial weights."""
-    log_every: int = 10
-    """Append a line to metrics.jsonl every this many steps."""
     eval_every: int = 50
-    """Evaluate on fixed validation episodes (and update best.pt) every this many steps."""
-    checkpoint_every: int = 50
-    """Write checkpoints/last.pt every this many steps."""
-    device: str = "cpu"
-    """Where training runs."""
+    """Optimiser steps per epoch: validation on fixed start states (and best.pt) after each."""
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch", "window", "episode", "log_every", "eval_every", "checkpoint_every"):
+        for name in ("steps", "batch", "window", "episode", "eval_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 < self.band_low < self.band_high:
             raise ConfigError(f"need 0 < band_low < band_high, got {self.band_low} and {self.band_high}")
-        if self.lr <= 0 or min(self.reward, self.penalty, self.shape, self.lbfgs_steps) < 0:
-            raise ConfigError("lr must be > 0; reward, penalty, shape and lbfgs_steps >= 0")
+        if min(self.reward, self.penalty, self.shape) < 0:
+            raise ConfigError("reward, penalty and shape must be >= 0")
         if self.loss == "run" and (
-            self.lbfgs_steps or self.horizon <= 0 or self.run_steps < 1 or (self.cluster_horizon or 1.0) <= 0
+            self.horizon <= 0 or self.run_steps < 1 or (self.cluster_horizon or 1.0) <= 0
         ):
-            raise ConfigError(
-                "loss: run needs horizon and cluster_horizon > 0 and run_steps >= 1 and has no L-BFGS phase "
-                "(set lbfgs_steps: 0; on whole Kepler orbits its line search diverged: the step count is an integer)"
-            )
-        if self.weight_decay < 0:
-            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
+            raise ConfigError("loss: run needs horizon and cluster_horizon > 0 and run_steps >= 1")
         if self.centre < 0:
             raise ConfigError(f"centre must be >= 0, got {self.centre}")
         if self.sharpness < 1:
             raise ConfigError(f"sharpness must be >= 1, got {self.sharpness}")
         if self.run_scale <= 0:
             raise ConfigError(f"run_scale must be > 0, got {self.run_scale}")
-        if self.schedule.interval != "step" or self.schedule.name == "plateau":
-            raise ConfigError(
-                "timestepper.schedule: controller training has no epochs; use interval=step and a "
-                "constant, step or cosine schedule"
-            )
+
+
+def controller_training() -> TrainConfig:
+    """`timestepper.train`'s defaults: Adam at a constant 3e-3, no weight decay, clipping at 1, a log line
+    every 10 steps and a checkpoint every 50, on the CPU."""
+    return TrainConfig(
+        lr=3e-3,
+        weight_decay=0.0,
+        optimizer=OptimizerConfig(name="adam", fused=False),
+        schedule=ScheduleConfig(name="constant", warmup_fraction=0.0),
+        grad_clip=1.0,
+        log_every=10,
+        checkpoint_every=50,
+        device="cpu",
+    )
+
+
+LEGACY_TIMESTEPPER_KEYS = (
+    "lr",
+    "optimizer",
+    "schedule",
+    "weight_decay",
+    "wandb",
+    "grad_clip",
+    "seed",
+    "log_every",
+    "checkpoint_every",
+    "device",
+)
+"""Keys that sat directly under `timestepper` before it nested a `train` section (read as `timestepper.train.KEY`)."""

@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 
 from dynaforge.atomic import atomic_path, atomic_write_json
 from dynaforge.config import Config, ConfigError, config_to_dict
-from dynaforge.models.step_controller import controller_for
+from dynaforge.models.loading import controller_for
 from dynaforge.seeds import sample_rng, sample_seed
 from dynaforge.systems.nbody.control import Integrator, RunState, StepInfo
 from dynaforge.systems.nbody.physics import invariants, relative_drifts

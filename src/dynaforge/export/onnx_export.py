@@ -45,10 +45,10 @@ from dynaforge.data import Normalizer
 from dynaforge.errors import RunError
 from dynaforge.models import ModelInput, ModelOutput, ModelShape, model_from_checkpoint
 from dynaforge.models.flow import FlowInput, FlowOutput
+from dynaforge.models.loading import CONTROLLER_KIND
 from dynaforge.models.step_controller import (
     StepControllerInput,
     StepControllerNet,
-    build_step_controller_net,
 )
 from dynaforge.runs import load_checkpoint, run_folder
 from dynaforge.store import DatasetFolder
@@ -59,7 +59,6 @@ log = logging.getLogger(__name__)
 
 OPSET = 20
 """ONNX opset of every export (DFT with its length as an input, needed by the FNO, is opset >= 20)."""
-CONTROLLER_KIND = "nbody_step_controller"
 TOLERANCE = {torch.float32: (1e-5, 1e-4), torch.float64: (1e-10, 1e-8)}
 """dtype -> (absolute, relative): onnxruntime may differ from PyTorch by atol + rtol * max |PyTorch|."""
 CHATTY_LOGGERS = ("onnx_ir", "onnxscript", "torch.onnx")
@@ -310,8 +309,8 @@ def real_frames(state: dict[str, Any], shape: ModelShape, data: str | Path | Non
 
 def controller_exportable(state: dict[str, Any]) -> Exportable:
     """The step controller, with random features and the features of its own training states."""
-    net = build_step_controller_net(state["model_config"]).eval()
-    net.load_state_dict(state["model"])
+    net = model_from_checkpoint(state).eval()
+    assert isinstance(net, StepControllerNet)  # what the controller kind builds
     features = controller_training_features(state)
     count = features.shape[1]
     generator = torch.Generator().manual_seed(0)

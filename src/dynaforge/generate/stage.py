@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from dynaforge.atomic import remove_stale_temporaries
 from dynaforge.config import Config, resolve_device
-from dynaforge.models.step_controller import controller_for
+from dynaforge.models.loading import controller_for
 from dynaforge.store.format import DatasetError, plan_shards
 from dynaforge.store.writer import prepare_folder, shard_is_complete, update_manifest, write_shard
 from dynaforge.systems import NBody, System, build_system

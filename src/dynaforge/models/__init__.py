@@ -7,7 +7,8 @@ from dynaforge.models.base import (
     autoregressive_rollout,
 )
 from dynaforge.models.fno import FNO
-from dynaforge.models.registry import MODELS, build_model, model_from_checkpoint
+from dynaforge.models.loading import model_from_checkpoint
+from dynaforge.models.registry import MODELS, build_model
 from dynaforge.models.spectral import SpectralConv
 from dynaforge.models.unet import UNet
 

@@ -25,7 +25,7 @@ from dynaforge.data.normalize import Normalizer
 from dynaforge.models.base import ModelInput
 from dynaforge.models.flow import sample
 from dynaforge.models.latent import Conditions, LatentOperator
-from dynaforge.models.registry import model_from_checkpoint
+from dynaforge.models.loading import model_from_checkpoint
 from dynaforge.runs import load_checkpoint
 
 

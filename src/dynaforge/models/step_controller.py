@@ -11,26 +11,22 @@ training set. The step exp(.) is positive by construction; a soft clamp keeps lo
 +-`LOG_STEP_LIMIT` so exp never overflows (it is the identity well inside that range). Both paths start
 at zero, so an untrained controller behaves like `adaptive` control with eta = eta0.
 Features are computed by `dynaforge.systems.nbody.control.controller_features`; `LearnedStep` is the
-controller (the `StepController` protocol of `dynaforge.systems.nbody.control`) a trained net makes, and
-`controller_for` builds the controller a `system.control` section asks for, learned ones included.
+controller (the `StepController` protocol of `dynaforge.systems.nbody.control`) a trained net makes.
+`dynaforge.models.loading` loads trained ones (`load_learned_controller`, `controller_for`).
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from dynaforge.config import ConfigError, StepControlConfig
 from dynaforge.systems.nbody.control import (
     FEATURE_NAMES,
     ControlContext,
-    StepController,
-    build_controller,
     controller_features,
     system_scales,
 )
@@ -182,42 +178,3 @@ class LearnedStep:
         if history is not None:
             history = torch.cat([features.unsqueeze(1), history[:, :-1]], dim=1)
         return h, ControlContext(context.scales, history, features)
-
-
-def load_learned_controller(path: str | Path, scale: float = 1.0, device: str = "cpu") -> LearnedStep:
-    """A trained controller from a run folder (checkpoints/best.pt, else last.pt) or a checkpoint file."""
-    path = Path(path)
-    if path.is_dir():
-        candidates = [path / "checkpoints" / "best.pt", path / "checkpoints" / "last.pt"]
-        found = [c for c in candidates if c.exists()]
-        if not found:
-            raise FileNotFoundError(
-                f"{path} holds no checkpoints/best.pt or last.pt; train one with `dynaforge nbody train CONFIG --out {path}`"
-            )
-        path = found[0]
-    if not path.exists():
-        raise FileNotFoundError(f"controller checkpoint {path} not found")
-    checkpoint = torch.load(path, map_location=device, weights_only=True)
-    if not isinstance(checkpoint, dict) or checkpoint.get("kind") != "nbody_step_controller":
-        raise ConfigError(f"{path} is not a step-controller checkpoint of `dynaforge nbody train`")
-    if tuple(checkpoint.get("feature_names", ())) != FEATURE_NAMES:
-        raise ConfigError(
-            f"{path} was trained on features {checkpoint.get('feature_names')}, this dynaforge computes "
-            f"{list(FEATURE_NAMES)}; retrain it with `dynaforge nbody train`"
-        )
-    net = build_step_controller_net(checkpoint["model_config"]).to(device)
-    net.load_state_dict(checkpoint["model"])
-    net.eval()
-    return LearnedStep(net, scale)
-
-
-def controller_for(config: StepControlConfig, dt: float, device: str = "cpu") -> StepController:
-    """The controller `config` asks for: fixed or classical (`build_controller`), or a learned one loaded
-    from `config.model` (a run folder of `dynaforge nbody train`, or a checkpoint file)."""
-    if config.kind != "learned":
-        return build_controller(config, dt, device)
-    if config.model is None:
-        raise ConfigError(
-            "system.control.kind=learned needs system.control.model=RUN (a run folder of `dynaforge nbody train`)"
-        )
-    return load_learned_controller(config.model, config.scale, device)

@@ -56,11 +56,11 @@ from dynaforge.config import (
 from dynaforge.errors import RunError
 from dynaforge.runs import (
     CHECKPOINT_VERSION,
+    check_same_run,
     holds_run,
     load_checkpoint,
     run_folder,
     save_checkpoint,
-    training_differences,
 )
 from dynaforge.train.capture import StepGraph, release_memory_if_short
 from dynaforge.train.checkpoint import restore_rng_state, rng_state
@@ -105,7 +105,8 @@ class Engine:
     `resume`: continue the run in `out` from its last checkpoint (a run of the same config), or start one
     there if it has no checkpoint yet. `overwrite`: replace whatever `out` holds. `profile_steps`: profile
     that many optimiser steps into `out/profile/`. `callbacks`: called after every epoch's checkpoints.
-    `start`: the weights a fresh (not resumed) run starts from.
+    `start`: the weights a fresh (not resumed) run starts from. `settings_key`: where `settings` sit in the
+    config (for messages and the W&B section's name).
     """
 
     def __init__(
@@ -120,9 +121,11 @@ class Engine:
         profile_steps: int = 0,
         callbacks: list[EpochCallback] | None = None,
         start: dict[str, Tensor] | None = None,
+        settings_key: str = "train",
     ) -> None:
         self.config = config
         self.settings = settings or config.train
+        self.settings_key = settings_key
         self.task = task
         self.callbacks = list(callbacks or [])
         self.run = run_folder(out)
@@ -142,7 +145,14 @@ class Engine:
         self.capturing = self.cuda_graph_possible()
         task.setup(
             EngineContext(
-                config, self.settings, self.device, self.cluster, self.precision, progress, self.capturing
+                config,
+                self.settings,
+                self.device,
+                self.cluster,
+                self.precision,
+                settings_key,
+                progress,
+                self.capturing,
             )
         )
         seed_everything(self.settings.seed)
@@ -186,6 +196,8 @@ class Engine:
         self.val_loss = math.nan
         self.skipped_steps = 0
         self.step_loss = torch.zeros((), dtype=torch.float32, device=self.device)
+        self.step_details: dict[str, Tensor] = {}
+        self.val_details: dict[str, float] = {}
         self.step_samples = 0
         self.current_epoch = 0
         self.train_loss = math.nan
@@ -295,6 +307,9 @@ class Engine:
         value = loss.value.detach() / group
         first = (self.batches_done - 1) % self.settings.accumulate == 0
         self.step_loss = value if first else self.step_loss + value
+        for name, detail in (loss.details or {}).items():
+            share = detail.detach() / group
+            self.step_details[name] = share if first else self.step_details[name] + share
 
     def clip_gradients(self) -> Tensor:
         """The global gradient norm before clipping (clipped only when `train.grad_clip` is set)."""
@@ -316,7 +331,7 @@ class Engine:
         step_unless(self.optimizer, bad.to(torch.float32))
         if self.precision.scaling:
             self.precision.scaler.update()
-        self.meter.add(self.step_loss, grad_norm, bad)
+        self.meter.add(self.step_loss, grad_norm, bad, self.step_details)
         if free_gradients:
             self.free_gradients()
 
@@ -345,10 +360,12 @@ class Engine:
         model.eval()
         with torch.inference_mode(), self.precision.autocast():
             value = self.task.validate(model)
+        self.val_details = self.task.validation_details()
         if not math.isfinite(value):
+            key = self.settings_key
             raise TrainingDiverged(
-                f"validation loss is {value} after step {self.step}: training diverged; lower train.lr, set "
-                "train.grad_clip or use train.precision=fp32"
+                f"validation loss is {value} after step {self.step}: training diverged; lower {key}.lr, set "
+                f"{key}.grad_clip or use {key}.precision=fp32"
             )
         return value
 
@@ -381,13 +398,12 @@ class Engine:
         return None
 
     def check_same_config(self, saved: dict[str, Any]) -> None:
-        differences = training_differences(saved, config_to_dict(self.config))
-        if differences:
-            raise RunError(
-                f"{self.run.root} holds a run of a different config; it cannot be resumed with this one.\n"
-                "  Differences (existing != requested):\n    " + "\n    ".join(differences[:20]) + "\n"
-                "  Pass the run's own config (RUN/config.yaml), or train into another --out folder."
-            )
+        check_same_run(
+            saved,
+            config_to_dict(self.config),
+            str(self.run.root),
+            f"Pass the run's own config ({self.run.config}), or train into another --out folder.",
+        )
 
     def check_determinism_environment(self) -> None:
         if (
@@ -462,7 +478,12 @@ class Engine:
         if self.settings.compile.enabled:
             self.compile_with_fallback()
         if self.cluster.main and self.settings.wandb.enabled:
-            self.wandb = WandbLogger(self.settings.wandb, self.run.root, config_to_dict(self.config))
+            self.wandb = WandbLogger(
+                self.settings.wandb,
+                self.run.root,
+                config_to_dict(self.config),
+                f"{self.settings_key}.wandb",
+            )
         if self.cluster.main and self.profile_steps > 0:
             self.profiler = StepProfiler(self.profile_steps, self.run.root / "profile", self.device)
         log.info(
@@ -568,7 +589,8 @@ class Engine:
         for record in read_metrics(self.run.metrics):
             if record.get("kind") == "epoch" and record["epoch"] <= self.epoch:
                 best = min(best, record["val_loss"])
-                metrics = {"val_loss": record["val_loss"], "best_val_loss": best}
+                metrics = {k: v for k, v in record.items() if k.startswith("val_")}
+                metrics["best_val_loss"] = best
                 metrics["train_loss"] = record.get("train_loss", math.nan)
                 for callback in self.callbacks:
                     callback(record["epoch"], metrics)
@@ -627,11 +649,12 @@ class Engine:
                 self.bar.set_postfix(loss=f"{summary['loss']:.3e}", lr=f"{lr:.2e}")
         limit = self.settings.max_bad_steps
         if summary["bad_streak"] >= limit:
+            key = self.settings_key
             raise TrainingDiverged(
                 f"{summary['bad_streak']} optimiser steps in a row had a non-finite loss or gradient (by step "
-                f"{self.step}); stopping after train.max_bad_steps={limit}. Lower train.lr, set train.grad_clip, "
-                "use train.precision=fp32, or check the data for NaN/Inf. checkpoints/last.pt holds the last "
-                "good state."
+                f"{self.step}); stopping after {key}.max_bad_steps={limit}. Lower {key}.lr, set "
+                f"{key}.grad_clip, use {key}.precision=fp32, or check the data for NaN/Inf. "
+                "checkpoints/last.pt holds the last good state."
             )
         if summary["skipped"]:
             log.warning(
@@ -654,6 +677,7 @@ class Engine:
             "step": self.step,
             "train_loss": self.train_loss,
             "val_loss": self.val_loss,
+            **self.val_details,
             "best": self.val_loss < self.best_val_loss,
             "lr": float(self.optimizer.param_groups[0]["lr"]),
             "skipped_steps": self.skipped_steps,
@@ -707,6 +731,7 @@ class Engine:
             self.meter.epoch.zero_()
             metrics = {
                 "val_loss": self.val_loss,
+                **self.val_details,
                 "best_val_loss": self.best_val_loss,
                 "train_loss": self.train_loss,
             }

@@ -28,7 +28,7 @@ import dynaforge
 from dynaforge.atomic import atomic_write_bytes, atomic_write_text
 from dynaforge.config import WandbConfig, config_to_dict, save_config
 from dynaforge.errors import RunError
-from dynaforge.runs import load_checkpoint, run_folder, training_differences
+from dynaforge.runs import check_same_run, load_checkpoint, run_folder
 
 
 class MetricsLog:
@@ -80,18 +80,29 @@ class WindowMeter:
         # loss sum, grad-norm sum, good steps, bad steps, current bad streak, longest bad streak
         self.sums = torch.zeros(6, dtype=torch.float64, device=device)
         self.epoch = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, good steps
+        self.details: dict[str, Tensor] = {}  # sums over the window's good steps of a task's own measures
         self.reset()
 
     def reset(self) -> None:
         """Start a new window (a streak of bad steps carries over into it)."""
         self.sums[:4].zero_()
         self.sums[5:].copy_(self.sums[4:5])
+        for total in self.details.values():
+            total.zero_()
         self.steps = 0
         self.samples = 0
         self.started = time.perf_counter()
 
-    def add(self, loss: Tensor, grad_norm: Tensor, bad: Tensor) -> None:
-        """Account one optimiser step; `bad` is a 0-dim bool tensor (the step was skipped)."""
+    def add(
+        self, loss: Tensor, grad_norm: Tensor, bad: Tensor, details: dict[str, Tensor] | None = None
+    ) -> None:
+        """Account one optimiser step; `bad` is a 0-dim bool tensor (the step was skipped); `details` are a
+        task's own 0-dim measures of the step (`StepLoss.details`), averaged over the window's good steps."""
+        for name, value in (details or {}).items():
+            if name not in self.details:
+                self.details[name] = torch.zeros((), dtype=torch.float64, device=self.device)
+            # In place on purpose, like the sums below.
+            self.details[name].add_(torch.where(bad, 0.0, value.detach().to(torch.float64)))
         bad64 = bad.to(torch.float64).reshape(1)
         values = torch.where(bad, 0.0, torch.stack([loss.detach(), grad_norm.detach()]).to(torch.float64))
         increments = torch.cat([values, 1.0 - bad64, bad64])  # loss, norm, good, bad
@@ -117,10 +128,13 @@ class WindowMeter:
         are the same on every rank (they follow the all-reduced gradients).
         """
         seconds = max(time.perf_counter() - self.started, 1e-9)
-        sums = self.sums if sum_ranks is None else sum_ranks(self.sums) / ranks
-        loss_sum, norm_sum, good, bad, _, longest = sums.tolist()
+        names = sorted(self.details)
+        meters = torch.cat([self.sums, *(self.details[name].reshape(1) for name in names)])
+        meters = meters if sum_ranks is None else sum_ranks(meters) / ranks
+        loss_sum, norm_sum, good, bad, _, longest, *detail_sums = meters.tolist()
         return {
             "loss": loss_sum / good if good else float("nan"),
+            **{name: total / good if good else float("nan") for name, total in zip(names, detail_sums)},
             "grad_norm": norm_sum / good if good else float("nan"),
             "skipped": int(bad),
             "bad_streak": int(longest),
@@ -271,14 +285,16 @@ def start_from_artifact(reference: str, run_root: str | Path, config: Any) -> No
         )
     download_checkpoint_artifact(reference, run.last)
     saved = load_checkpoint(run.last).get("config", {})
-    wanted = config_to_dict(config)
-    differences = training_differences(saved, wanted)
-    if differences:
-        run.last.unlink()
-        raise RunError(
-            f"W&B artifact {reference!r} was trained with a different config; it cannot be resumed with this one.\n"
-            "  Differences (artifact != requested):\n    " + "\n    ".join(differences[:20])
+    try:
+        check_same_run(
+            saved,
+            config_to_dict(config),
+            f"W&B artifact {reference!r}",
+            "Pass the config it was trained with.",
         )
+    except RunError:
+        run.last.unlink()
+        raise
     save_config(config, run.config)
 
 

@@ -68,8 +68,8 @@ from dynaforge.metrics.spectra import energy_spectrum, spectrum_distance
 from dynaforge.models.flow import FlowInput, flow_velocity, integrate_flow, sample
 from dynaforge.models.latent import Conditions
 from dynaforge.models.latent_stack import Corrector, conditioned_rollout
-from dynaforge.models.registry import model_from_checkpoint
-from dynaforge.runs import load_checkpoint, run_folder, training_differences
+from dynaforge.models.loading import model_from_checkpoint
+from dynaforge.runs import check_same_run, load_checkpoint, run_folder
 from dynaforge.store import DatasetFolder
 from dynaforge.store.format import SplitArrays
 from dynaforge.train.engine import Engine, TrainSummary
@@ -569,18 +569,18 @@ def write_status(root: Path, status: dict[str, Any]) -> None:
     atomic_write_json(root / STATUS_FILE, status)
 
 
-def check_same_run(root: Path, config: Config) -> None:
+def claim_stack_folder(root: Path, config: Config) -> None:
     """A stack folder holds one config; refuse to continue it with another."""
     saved = root / "config.yaml"
     if not saved.exists():
         save_config(config, saved)
         return
-    differences = training_differences(config_to_dict(load_config(saved)), config_to_dict(config))
-    if differences:
-        raise RunError(
-            f"{root} holds a staged run of a different config; rerun with its own config ({saved}) or another "
-            "--out folder.\n  Differences (existing != requested):\n    " + "\n    ".join(differences[:20])
-        )
+    check_same_run(
+        config_to_dict(load_config(saved)),
+        config_to_dict(config),
+        f"stack folder {root}",
+        f"Rerun with its own config ({saved}) or another --out folder.",
+    )
 
 
 def run_stages(
@@ -599,7 +599,7 @@ def run_stages(
         )
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    check_same_run(root, config)
+    claim_stack_folder(root, config)
     status = read_status(root)
     names = list(STAGES) if stage == "all" else [stage]
     context = StageContext(config, Path(data).resolve(), root, progress)

@@ -21,6 +21,8 @@ class StepLoss(NamedTuple):
 
     objective: Tensor
     value: Tensor
+    details: dict[str, Tensor] | None = None
+    """Other 0-dim measures of the step (detached), averaged over each logging window into its record."""
 
 
 class EngineContext(NamedTuple):
@@ -31,6 +33,8 @@ class EngineContext(NamedTuple):
     device: torch.device
     cluster: Cluster
     precision: Precision
+    settings_key: str
+    """Where `settings` sit in the config (`train`, `timestepper.train`), for messages that name a key."""
     progress: bool | None
     capturing: bool
     """The engine captures the step in a CUDA graph (the task's batches must then have one shape)."""
@@ -66,6 +70,11 @@ class Task(Protocol):
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> StepLoss: ...
 
     def validate(self, model: nn.Module) -> float: ...
+
+    def validation_details(self) -> dict[str, float]:
+        """Other figures of the last `validate` (per-group errors, ...), written into the epoch's record
+        and passed to callbacks; empty when the task has none."""
+        ...
 
     def compiled(self, model: nn.Module) -> nn.Module | None: ...
 

@@ -49,21 +49,15 @@ from dynaforge.config import (
     Config,
     ConfigError,
     TwoPhaseConfig,
-    config_from_dict,
     config_to_dict,
 )
-from dynaforge.errors import RunError
 from dynaforge.models.hopfield import HopfieldNet, build_energy_model, hopfield_state_gradient
-from dynaforge.runs import (
-    RunFolder,
-    load_checkpoint,
-)
+from dynaforge.models.loading import TWO_PHASE_KIND
 from dynaforge.train.engine import Engine, TrainSummary
 from dynaforge.train.task import EngineContext, StepLoss
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_KIND = "two_phase"
 TEACHER_RELAX_STEPS = 400
 """Relaxation steps of the teacher that makes the task's targets (long enough to reach its fixed point)."""
 TEACHER_TOLERANCE = 1e-8
@@ -293,7 +287,7 @@ class TwoPhaseTask:
     in a CUDA graph; `train.compile` compiles the relaxation (`CompiledRelax`).
     """
 
-    kind: str | None = CHECKPOINT_KIND
+    kind: str | None = TWO_PHASE_KIND
     capturable = True
     data_parallel = False
 
@@ -409,6 +403,9 @@ class TwoPhaseTask:
         target_units = model.targets_to_units(self.data.val_targets)
         return float(cost(units, target_units, model.output_mask).mean())
 
+    def validation_details(self) -> dict[str, float]:
+        return {}  # the loss is the one figure of validation
+
     def compiled(self, model: nn.Module) -> nn.Module | None:
         """torch.compile the relaxation (`CompiledRelax`), tried on one training batch (free and nudged, the
         shapes training uses; relaxation writes no tensor it was given). On failure it stays eager."""
@@ -439,7 +436,7 @@ class TwoPhaseTask:
 
     def header(self) -> dict[str, Any]:
         return {
-            "trainer": CHECKPOINT_KIND,
+            "trainer": TWO_PHASE_KIND,
             "train_samples": self.data.train_inputs.shape[0],
             "val_samples": self.data.val_inputs.shape[0],
         }
@@ -454,21 +451,6 @@ class TwoPhaseTask:
 def two_phase_engine(config: Config, out: str | Path, resume: bool = False) -> Engine:
     """The engine set up to train `config.twophase` into run folder `out` (resuming when asked)."""
     return Engine(config, TwoPhaseTask(config), out, resume=resume)
-
-
-def energy_model_from_checkpoint(path: str | Path, device: str = "cpu") -> HopfieldNet:
-    """The trained energy model of a two-phase checkpoint (a file or a run folder's last.pt), rebuilt from
-    the checkpoint's own config; nothing of the training run is needed."""
-    path = Path(path)
-    if path.is_dir():
-        path = RunFolder(path).last
-    state = load_checkpoint(path, device)
-    if state.get("kind") != CHECKPOINT_KIND:
-        raise RunError(f"{path} is not a two-phase checkpoint (kind {state.get('kind')!r})")
-    config = config_from_dict(state["config"]).twophase
-    model = build_energy_model(config.model, DTYPES[config.dtype]).to(device)
-    model.load_state_dict(state["model"])
-    return model.eval()
 
 
 def train_two_phase(config: Config, out: str | Path, resume: bool = False) -> TrainSummary:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import math
 import os
 import socket
 from collections.abc import Iterator
@@ -32,10 +33,11 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
-from dynaforge.config import Config, ConfigError, config_differences, config_to_dict, load_config, save_config
+from dynaforge.config import Config, ConfigError, config_to_dict, load_config, save_config
 from dynaforge.errors import RunError
 from dynaforge.generate import generate
 from dynaforge.pipeline import dataset_is_complete
+from dynaforge.runs import check_same_run
 from dynaforge.tune.folder import StudyFolder, optuna_warnings_quiet
 from dynaforge.tune.report import write_outputs
 from dynaforge.tune.space import DATA_SECTIONS, check_space, config_with_values, suggest
@@ -116,14 +118,13 @@ def claim_folder(folder: StudyFolder, config: Config) -> None:
     """Save the study's config, or check that it is the one the folder's study was started with."""
     folder.root.mkdir(parents=True, exist_ok=True)
     if folder.config.exists():
-        saved = config_to_dict(load_config(folder.config))
-        differences = config_differences(saved, config_to_dict(config))
-        if differences:
-            raise ConfigError(
-                f"{folder.root} holds a study of a different config; it cannot be continued with this one.\n"
-                "  Differences (existing != requested):\n    " + "\n    ".join(differences[:20]) + "\n"
-                f"  Pass the study's own config ({folder.config}), or use another --out folder."
-            )
+        check_same_run(
+            config_to_dict(load_config(folder.config)),
+            config_to_dict(config),
+            f"study folder {folder.root}",
+            f"Pass the study's own config ({folder.config}), or use another --out folder.",
+            ignored=(),  # the search (tune section) is part of what a study is
+        )
     else:
         save_config(config, folder.config)
 
@@ -196,9 +197,10 @@ def build_pruner(config: Config) -> optuna.pruners.BasePruner:
 
 
 def max_resource(config: Config) -> int:
-    """Intermediate values of a full trial's last report: epochs, or the controller's last step."""
+    """Intermediate values of a full trial's last report: its last epoch (the controller's epochs are
+    `timestepper.eval_every` steps)."""
     if is_controller(config):
-        return config.timestepper.steps + config.timestepper.lbfgs_steps
+        return math.ceil(config.timestepper.steps / config.timestepper.eval_every)
     return config.train.epochs
 
 

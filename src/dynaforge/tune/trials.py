@@ -1,10 +1,9 @@
 """One trial: train the trial's config into its run folder, reporting to Optuna as training goes.
 
-The trial reports the objective's value to Optuna at the point where a checkpoint has just been written,
-and stops (`TrialPruned`) when the pruner says so; a pruned trial therefore keeps a consistent run folder.
-- PDE surrogates: an engine callback (`Engine.callbacks`), one intermediate value per epoch.
-- The N-body step controller (`dynaforge.train.nbody_controller.Trainer`): one per evaluation
-  (`timestepper.eval_every` steps), at optimiser step `step`.
+Both kinds of trial (PDE surrogates, the N-body step controller) train on the engine, which calls the
+trial's reporter after each epoch's checkpoints (`Engine.callbacks`): one intermediate value per epoch (the
+controller's epochs are `timestepper.eval_every` optimiser steps). The reporter stops a trial the pruner
+gives up on (`TrialPruned`), which therefore keeps a consistent run folder.
 """
 
 from __future__ import annotations
@@ -13,16 +12,15 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import optuna
 
 from dynaforge.config import Config, ConfigError, TuneObjective
-from dynaforge.train import window_engine
-from dynaforge.train.nbody_controller import Trainer as ControllerTrainer
+from dynaforge.train import Engine, window_engine
+from dynaforge.train.step_controller import controller_engine
 
 Reporter = Callable[[int, Mapping[str, float]], None]
-"""Called with (step, metrics so far) after each checkpointed evaluation; raises TrialPruned to stop."""
+"""Called with (epoch, metrics so far) after each epoch's checkpoints; raises TrialPruned to stop."""
 
 
 def reporter_for(trial: optuna.Trial, objectives: list[TuneObjective], reported: set[int]) -> Reporter:
@@ -48,30 +46,32 @@ def reporter_for(trial: optuna.Trial, objectives: list[TuneObjective], reported:
     return report
 
 
-class ControllerTrialTrainer(ControllerTrainer):
-    """The N-body controller trainer, reporting each evaluation's metrics (and `best_val_loss`)."""
-
-    def __init__(self, report: Reporter, config: Config, out: str | Path, resume: bool = False) -> None:
-        super().__init__(config, out, resume)
-        self.report = report
-
-    def evaluate(self) -> dict[str, Any]:
-        results = super().evaluate()
-        numbers = {k: float(v) for k, v in results.items() if isinstance(v, int | float)}
-        self.report(self.step, numbers | {"best_val_loss": self.best})
-        return results
-
-
 def train_pde_trial(
     config: Config, data: Path, run: Path, report: Reporter, resume: bool
 ) -> dict[str, float]:
-    """Train a PDE trial (continuing `run` from its last checkpoint when `resume`), reporting each epoch's
-    `val_loss`, `best_val_loss` and `train_loss` through an engine callback; its final metrics."""
+    """Train a PDE trial (continuing `run` from its last checkpoint when `resume`); its final metrics."""
+    return train_trial(window_engine(config, data, run, progress=False, resume=resume), report)
+
+
+def train_controller_trial(config: Config, run: Path, report: Reporter, resume: bool) -> dict[str, float]:
+    """Train an N-body controller trial (continuing `run` when `resume`); its final metrics."""
+    return train_trial(controller_engine(config, run, resume=resume, progress=False), report)
+
+
+def train_trial(engine: Engine, report: Reporter) -> dict[str, float]:
+    """Train with `report` following every epoch; the last epoch's metrics, the model's parameter count and
+    the training time."""
     started = time.perf_counter()
-    engine = window_engine(config, data, run, progress=False, resume=resume)
-    engine.callbacks.append(report)
+    last: dict[str, float] = {}
+
+    def follow(epoch: int, metrics: Mapping[str, float]) -> None:
+        last.update(metrics)
+        report(epoch, metrics)
+
+    engine.callbacks.append(follow)
     summary = engine.fit()
     return {
+        **last,
         "val_loss": summary.last_val_loss,
         "best_val_loss": summary.best_val_loss,
         "train_loss": engine.train_loss,
@@ -80,22 +80,12 @@ def train_pde_trial(
     }
 
 
-def train_controller_trial(config: Config, run: Path, report: Reporter, resume: bool) -> dict[str, float]:
-    """Train an N-body controller trial (continuing `run` when `resume`); its final metrics."""
-    started = time.perf_counter()
-    trainer = ControllerTrialTrainer(report, config, run, resume=resume)
-    last = trainer.run()
-    metrics = {k: float(v) for k, v in last.items() if isinstance(v, int | float)}
-    return {
-        **metrics,
-        "best_val_loss": trainer.best,
-        "parameters": float(sum(p.numel() for p in trainer.net.parameters())),
-        "seconds": time.perf_counter() - started,
-    }
-
-
 PDE_METRICS = ("best_val_loss", "val_loss", "train_loss", "parameters", "seconds")
-CONTROLLER_QUANTITIES = ("mean_log_step", "fraction_above", "max_error", "shape_cost")
+CONTROLLER_QUANTITIES = {
+    "window": ("mean_log_step", "fraction_above", "max_error", "shape_cost"),
+    "run": ("cost", "steps_per_time", "max_error"),
+}
+"""Per-group validation figures of the controller (`val_GROUP_NAME`), by `timestepper.loss`."""
 
 
 def known_metrics(config: Config, controller: bool) -> list[str]:
@@ -106,8 +96,8 @@ def known_metrics(config: Config, controller: bool) -> list[str]:
     groups = (["kepler"] if systems.kepler else []) + (
         [f"cluster{n}" for n in systems.cluster_bodies] if systems.clusters else []
     )
-    per_group = [f"val_{g}_{q}" for g in groups for q in CONTROLLER_QUANTITIES]
-    return ["best_val_loss", "val_loss", "parameters", "seconds", *per_group]
+    per_group = [f"val_{g}_{q}" for g in groups for q in CONTROLLER_QUANTITIES[config.timestepper.loss]]
+    return ["best_val_loss", "val_loss", "train_loss", "parameters", "seconds", *per_group]
 
 
 def check_objectives(objectives: list[TuneObjective], known: list[str]) -> None:

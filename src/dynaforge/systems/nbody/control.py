@@ -318,7 +318,7 @@ def build_controller(config: StepControlConfig, dt: float, device: str = "cpu") 
         return ClassicalStep(config.eta)
     raise ConfigError(
         "system.control.kind=learned: a learned controller is loaded by the caller "
-        "(`dynaforge.models.step_controller.controller_for`) and handed to the system"
+        "(`dynaforge.models.loading.controller_for`) and handed to the system"
     )
 
 

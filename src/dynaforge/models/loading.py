@@ -1,0 +1,128 @@
+"""Trained models from checkpoints: one `model_from_checkpoint`, dispatching on the checkpoint's `kind`.
+
+The engine writes `kind` from the task that trained the model (`Task.kind`, the constants below):
+- absent (`SURROGATE_KIND`): a surrogate of the registry (`MODELS`), rebuilt from the saved config's `model`
+  section and `model_shape`; the latent stack's stages are surrogates too.
+- `nbody_step_controller` (`CONTROLLER_KIND`): the step controller's network, from `model_config`, checked
+  against the features this dynaforge computes.
+- `two_phase` (`TWO_PHASE_KIND`): an energy model, from the saved config's `twophase` section.
+
+Every loader here reads through `dynaforge.runs.load_checkpoint` (weights only, version checked, wrapper
+prefixes stripped), so checkpoints written by earlier versions of the same format load as they did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from dynaforge.config import ConfigError, StepControlConfig, config_from_dict
+from dynaforge.models.base import ModelShape
+from dynaforge.models.hopfield import build_energy_model
+from dynaforge.models.registry import build_model
+from dynaforge.models.step_controller import LearnedStep, build_step_controller_net
+from dynaforge.runs import load_checkpoint, run_folder
+from dynaforge.systems.nbody.control import FEATURE_NAMES, StepController, build_controller
+
+SURROGATE_KIND = None
+CONTROLLER_KIND = "nbody_step_controller"
+TWO_PHASE_KIND = "two_phase"
+
+
+def surrogate(checkpoint: Mapping[str, Any]) -> nn.Module:
+    config = config_from_dict(checkpoint["config"])
+    return build_model(config.model, ModelShape(**checkpoint["model_shape"]))
+
+
+def controller_net(checkpoint: Mapping[str, Any]) -> nn.Module:
+    if tuple(checkpoint.get("feature_names", ())) != FEATURE_NAMES:
+        raise ConfigError(
+            f"this controller was trained on features {checkpoint.get('feature_names')}, this dynaforge "
+            f"computes {list(FEATURE_NAMES)}; retrain it with `dynaforge nbody train`"
+        )
+    return build_step_controller_net(checkpoint["model_config"])
+
+
+def energy_model(checkpoint: Mapping[str, Any]) -> nn.Module:
+    config = config_from_dict(checkpoint["config"]).twophase
+    return build_energy_model(config.model, getattr(torch, config.dtype))
+
+
+BUILDERS: dict[str | None, Callable[[Mapping[str, Any]], nn.Module]] = {
+    SURROGATE_KIND: surrogate,
+    CONTROLLER_KIND: controller_net,
+    TWO_PHASE_KIND: energy_model,
+}
+"""Checkpoint kind -> the untrained model its checkpoint describes."""
+
+
+def model_from_checkpoint(checkpoint: Mapping[str, Any]) -> nn.Module:
+    """The trained model of a loaded checkpoint, rebuilt from the checkpoint's own plain data (nothing of
+    the training run is needed) by the builder of its `kind`, with the weights to evaluate loaded."""
+    kind = checkpoint.get("kind")
+    if kind not in BUILDERS:
+        known = ", ".join(repr(k) for k in BUILDERS)
+        raise ConfigError(f"checkpoint of unknown kind {kind!r}; this dynaforge loads {known}")
+    model = BUILDERS[kind](checkpoint)
+    model.load_state_dict(checkpoint["model"])
+    return model
+
+
+def checkpoint_path(path: str | Path, order: tuple[str, ...] = ("best", "last")) -> Path:
+    """A checkpoint file as given, or the first of `order` that a run folder holds."""
+    path = Path(path)
+    if path.is_dir():
+        run = run_folder(path)
+        found = [run.checkpoint(which) for which in order if run.checkpoint(which).exists()]
+        if not found:
+            names = " or ".join(f"checkpoints/{which}.pt" for which in order)
+            raise FileNotFoundError(f"{path} holds no {names}; train a run into it first")
+        return found[0]
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} not found")
+    return path
+
+
+def load_model(
+    path: str | Path,
+    kind: str | None,
+    device: str | torch.device = "cpu",
+    order: tuple[str, ...] = ("best", "last"),
+) -> nn.Module:
+    """The trained model of kind `kind` in a checkpoint file or run folder (`checkpoint_path`), in eval
+    mode on `device`; a clear error when the file holds another kind."""
+    file = checkpoint_path(path, order)
+    state = load_checkpoint(file, device)
+    if state.get("kind") != kind:
+        raise ConfigError(
+            f"{file} holds a model of kind {state.get('kind')!r}, not {kind!r} (see dynaforge.models.loading)"
+        )
+    return model_from_checkpoint(state).to(device).eval()
+
+
+def load_learned_controller(path: str | Path, scale: float = 1.0, device: str = "cpu") -> LearnedStep:
+    """A trained controller from a run folder of `dynaforge nbody train` (best.pt, else last.pt) or a
+    checkpoint file."""
+    net = load_model(path, CONTROLLER_KIND, device)
+    return LearnedStep(net, scale)  # type: ignore[arg-type]  # the controller kind builds a StepControllerNet
+
+
+def controller_for(config: StepControlConfig, dt: float, device: str = "cpu") -> StepController:
+    """The controller `config` asks for: fixed or classical (`build_controller`), or a learned one loaded
+    from `config.model` (a run folder of `dynaforge nbody train`, or a checkpoint file)."""
+    if config.kind != "learned":
+        return build_controller(config, dt, device)
+    if config.model is None:
+        raise ConfigError(
+            "system.control.kind=learned needs system.control.model=RUN (a run folder of `dynaforge nbody train`)"
+        )
+    return load_learned_controller(config.model, config.scale, device)
+
+
+def energy_model_from_checkpoint(path: str | Path, device: str = "cpu") -> nn.Module:
+    """The trained energy model of a two-phase checkpoint file or run folder (its last.pt)."""
+    return load_model(path, TWO_PHASE_KIND, device, order=("last",))
