@@ -251,7 +251,7 @@ def test_rollout_defaults_to_the_correctors_interval() -> None:
 
 def test_distillation_loss_spectral_term_charges_a_smoothed_student() -> None:
     from dynaforge.config import ConfigError, DistillStageConfig
-    from dynaforge.train.stages import distillation_loss, log_spectrum_loss
+    from dynaforge.train.losses import distillation_loss, log_spectrum_loss
 
     x = torch.linspace(0, 2 * math.pi, 65, dtype=torch.float32)[:-1]
     target = (torch.sin(2 * x) + 0.3 * torch.sin(17 * x)).expand(4, 1, 64)

@@ -7,7 +7,7 @@ from dynaforge.config import FlowNetConfig
 from dynaforge.metrics.ensemble import energy_score
 from dynaforge.models import ModelShape, build_model
 from dynaforge.models.flow import FlowInput, FlowOutput
-from dynaforge.train.stages import flow_matching_loss, log_spectrum_loss
+from dynaforge.train.losses import flow_matching_loss, log_spectrum_loss
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

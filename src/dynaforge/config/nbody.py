@@ -326,8 +326,8 @@ class TimestepperConfig:
     train_bias: bool = False
     """`loss: run`: also train the two output biases, which set a global step scale the cost does not see
     (its gradient along that direction is ~0 for untruncated fixed-time runs, up to noise, so Adam lets the
-    scale wander: measured on whole Kepler orbits, steps per time 78 -> 392 in 100 steps with a wide band).
-    Pin it with `centre` > 0: then the biases hold the mean correction at zero while the weights shape it."""
+    scale wander; docs/nbody.md). Pin it with `centre` > 0: then the biases hold the mean correction at zero
+    while the weights shape it."""
     sharpness: float = 8.0
     """`loss: run`: exponent s of the power mean (mean_n e_n^s)^(1/s) that stands for the run's largest
     error (larger: closer to the maximum, which the benchmark measures, and a less smooth loss)."""

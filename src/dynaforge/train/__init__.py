@@ -5,7 +5,8 @@ controller), with the engine's parts: optimisers (optim.py), schedules (schedule
 torch.compile and CUDA graphs (capture.py), run logs and device meters (log.py), the profiler (profile.py),
 losses (losses.py). Checkpoint files are read and written by `dynaforge.runs`."""
 
-from dynaforge.train.engine import Engine, TrainingDiverged, TrainSummary
+from dynaforge.train.engine import Engine, TrainSummary
+from dynaforge.train.log import TrainingDiverged
 from dynaforge.train.losses import LOSSES
 from dynaforge.train.task import StepLoss, Task
 from dynaforge.train.window import WindowTask, train, window_engine

@@ -17,11 +17,38 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from dynaforge.config import CompileConfig
+from dynaforge.config import CompileConfig, TrainConfig
+from dynaforge.train.checkpoint import restore_rng_state, rng_state
 
 log = logging.getLogger(__name__)
 
 StepFunction = Callable[[Tensor, Tensor], None]
+
+
+def compiled_or_eager(
+    trial: Callable[[], nn.Module | None], model: nn.Module, settings: TrainConfig
+) -> nn.Module | None:
+    """The compiled stepped model `trial` returns (a task compiling it and trying its step on the shapes
+    training will see, so that compilation fails here if it fails at all), or None when it does not compile
+    (logged; training stays eager). Leaves no trace: gradients freed, buffers and random generators
+    restored."""
+    buffers = [b.detach().clone() for b in model.buffers()]
+    generators = rng_state()
+    try:
+        compiled = trial()
+        if compiled is not None:
+            log.info("model compiled (mode %s, backend %s)", settings.compile.mode, settings.compile.backend)
+        return compiled
+    except Exception as error:  # any compilation failure: eager, logged
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        log.warning("torch.compile failed (%s: %s); training runs eagerly", type(error).__name__, first_line)
+        return None
+    finally:
+        model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for buffer, saved in zip(model.buffers(), buffers):
+                buffer.copy_(saved)
+        restore_rng_state(generators)
 
 
 def compile_model(model: nn.Module, config: CompileConfig) -> nn.Module:

@@ -1,17 +1,23 @@
-"""Random generator states as plain data, for exact resume (checkpoints load with weights_only=True).
+"""What an engine checkpoint saves of a run's state, as plain data for exact resume (checkpoints load with
+weights_only=True): the random generators' states and the objects training updates (`Trained`).
 
-What an engine checkpoint holds, and how it is written and read, is in `dynaforge.runs`.
+The whole list of an engine checkpoint's entries, and how the file is written and read, is in
+`dynaforge.runs`.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+from dynaforge.train.ema import EMA
+from dynaforge.train.precision import Precision
+from dynaforge.train.schedule import Schedule
 
 
 def rng_state() -> dict[str, Any]:
@@ -52,3 +58,43 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+class Trained(NamedTuple):
+    """The objects training updates, as a checkpoint saves and restores them."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Schedule
+    precision: Precision
+    ema: EMA | None
+    evaluate_ema: bool
+    """The EMA's weights are the ones to evaluate (`model` in the checkpoint; the trained ones in
+    `train_model`)."""
+
+
+def trained_state(trained: Trained) -> dict[str, Any]:
+    """The checkpoint entries of `trained`: model (and train_model), optimizer, scheduler, scaler, ema."""
+    weights = trained.model.state_dict()
+    state: dict[str, Any] = {
+        "model": weights,
+        "optimizer": trained.optimizer.state_dict(),
+        "scheduler": trained.scheduler.state_dict(),
+        "scaler": trained.precision.scaler.state_dict() if trained.precision.scaling else {},
+    }
+    if trained.ema is not None:
+        state["ema"] = trained.ema.state_dict()
+        if trained.evaluate_ema:
+            state["model"], state["train_model"] = trained.ema.module.state_dict(), weights
+    return state
+
+
+def load_trained_state(trained: Trained, state: Mapping[str, Any]) -> None:
+    """Set `trained` from the entries `trained_state` wrote."""
+    trained.model.load_state_dict(state.get("train_model", state["model"]))
+    trained.optimizer.load_state_dict(state["optimizer"])
+    trained.scheduler.load_state_dict(state["scheduler"])
+    if state.get("scaler"):
+        trained.precision.scaler.load_state_dict(state["scaler"])
+    if trained.ema is not None:
+        trained.ema.load_state_dict(state["ema"])

@@ -1,27 +1,12 @@
-"""The training engine: one loop for every kind of training, and the task protocol it runs.
+"""The training engine: one loop for every kind of training (docs/architecture.md, "The engine").
 
 `Engine.fit` is the loop, in order: for each micro-batch the task's loss, backward (and, at the end of an
 accumulation group) clip, optimiser step, EMA, schedule, count, log, checkpoint; at each epoch's end
 validate, schedule, log, checkpoint. Everything else is set-up. What one step computes is the task's
-(`Task`): surrogates on windows (`train/window.py`), the latent stack's stages (`train/stages.py`), two-phase
-training of energy models (`train/two_phase.py`) and the N-body step controller (`train/step_controller.py`).
-The engine never asks which task it runs; tuning attaches through callbacks (`EpochCallback`).
-
-What one optimiser step does (the `train` config section):
-- `accumulate` micro-batches: each loss is divided by the number of micro-batches in its group, so the
-  summed gradient is the gradient of the group's mean loss;
-- the global gradient norm is measured (and logged) always, and clipped to `grad_clip` when set;
-- a step whose loss or gradient norm is not finite is skipped on the device (no host sync: see
-  `dynaforge.train.optim`) and counted; `max_bad_steps` skipped steps in a row stop the run (checked when
-  the logging window is read, so at most `log_every` steps later);
-- gradients are then freed and the EMA of the weights is updated.
-
-Host syncs: losses and gradient norms stay on the device and are read once per logging window
-(`log_every` steps) and once per epoch; the step path has none.
-
-Checkpoints (`dynaforge.runs`) hold everything needed to continue exactly: `resume=True` picks up from
-`checkpoints/last.pt`, in the middle of an epoch if `checkpoint_every` wrote it there, and a resumed run
-ends with the weights of one that was never interrupted, bit for bit (at the same torch thread count).
+(`dynaforge.train.task.Task`); the engine never asks which task it runs, and tuning attaches through
+callbacks. A step whose loss or gradient norm is not finite is skipped on the device and counted; losses
+and gradient norms are read back once per logging window and once per epoch, never in the step. A resumed
+run ends with the weights of one that was never interrupted, bit for bit (at the same torch thread count).
 """
 
 from __future__ import annotations
@@ -29,17 +14,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
-import random
 import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 from tqdm import tqdm  # not tqdm.auto: its asyncio variant calls iter(loader) on construction
 
@@ -49,21 +31,23 @@ from dynaforge.config import (
     ConfigError,
     TrainConfig,
     config_to_dict,
-    load_config,
     resolve_device,
-    save_config,
 )
 from dynaforge.errors import RunError
 from dynaforge.runs import (
     CHECKPOINT_VERSION,
-    check_same_run,
-    holds_run,
     load_checkpoint,
     run_folder,
     save_checkpoint,
 )
-from dynaforge.train.capture import StepGraph, release_memory_if_short
-from dynaforge.train.checkpoint import restore_rng_state, rng_state
+from dynaforge.train.capture import StepGraph, compiled_or_eager, release_memory_if_short
+from dynaforge.train.checkpoint import (
+    Trained,
+    load_trained_state,
+    restore_rng_state,
+    rng_state,
+    trained_state,
+)
 from dynaforge.train.distributed import (
     barrier,
     check_ranks_agree,
@@ -75,18 +59,23 @@ from dynaforge.train.distributed import (
     wrap_data_parallel,
 )
 from dynaforge.train.ema import EMA
-from dynaforge.train.log import MetricsLog, WandbLogger, WindowMeter, environment, read_metrics
+from dynaforge.train.log import RunLog, TrainingDiverged, WindowMeter, environment, epoch_metrics
 from dynaforge.train.optim import build_optimizer, step_unless
 from dynaforge.train.precision import Precision
 from dynaforge.train.profile import StepProfiler
 from dynaforge.train.schedule import build_scheduler
+from dynaforge.train.setup import (
+    check_determinism_environment,
+    checkpoint_to_resume,
+    cuda_graph_possible,
+    determinism,
+    seed_everything,
+    start_run_folder,
+    warn_if_threads_changed,
+)
 from dynaforge.train.task import EngineContext, EpochCallback, StepLoss, Task
 
 log = logging.getLogger(__name__)
-
-
-class TrainingDiverged(RunError):
-    """Training produced non-finite losses or gradients it could not skip past."""
 
 
 class TrainSummary(NamedTuple):
@@ -129,11 +118,11 @@ class Engine:
         self.task = task
         self.callbacks = list(callbacks or [])
         self.run = run_folder(out)
-        self.resume_from = self.checkpoint_to_resume(resume, overwrite)
+        self.resume_from = checkpoint_to_resume(self.run, config, resume, overwrite)
         self.progress = progress
         self.profile_steps = profile_steps
         self.device = torch.device(resolve_device(rank_device(self.settings.device)))
-        self.check_determinism_environment()
+        check_determinism_environment(self.settings, self.device, settings_key)
         self.cluster = join_cluster(self.device)
         if self.cluster.distributed and not task.data_parallel:
             raise ConfigError(
@@ -142,7 +131,7 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.precision = Precision(self.settings.precision, self.device)
-        self.capturing = self.cuda_graph_possible()
+        self.capturing = cuda_graph_possible(self.settings, self.device, task, self.cluster.distributed)
         task.setup(
             EngineContext(
                 config,
@@ -183,9 +172,8 @@ class Engine:
             if self.capturing
             else None
         )
-        self.metrics = MetricsLog(self.run.metrics)
+        self.records = RunLog(self.run.metrics, self.cluster.main)
         self.meter = WindowMeter(self.device)
-        self.wandb: WandbLogger | None = None
         self.profiler: StepProfiler | None = None
         self.bar: tqdm | None = None
         # Where training stands (restored by `resume`).
@@ -356,7 +344,7 @@ class Engine:
 
     def validate(self) -> float:
         """The task's validation metric (with the EMA weights if asked), checked to be finite."""
-        model = self.evaluation_model()
+        model = self.ema.module if self.ema is not None and self.settings.ema.evaluate else self.model
         model.eval()
         with torch.inference_mode(), self.precision.autocast():
             value = self.task.validate(model)
@@ -369,11 +357,6 @@ class Engine:
             )
         return value
 
-    def evaluation_model(self) -> nn.Module:
-        if self.ema is not None and self.settings.ema.evaluate:
-            return self.ema.module
-        return self.model
-
     def schedule_epoch(self, val_loss: float) -> None:
         """Per-epoch bookkeeping: plateau detection, per-epoch schedules, CUDA memory when short."""
         self.scheduler.observe(val_loss)
@@ -383,86 +366,16 @@ class Engine:
 
     # ---- set-up and tear-down ---------------------------------------------------------------------
 
-    def checkpoint_to_resume(self, resume: bool, overwrite: bool) -> Path | None:
-        """The last checkpoint to continue from, None for a fresh run; refuses to clobber another run."""
-        root = self.run.root
-        if resume and self.run.config.exists():
-            self.check_same_config(config_to_dict(load_config(self.run.config)))
-        if resume and self.run.last.exists():
-            return self.run.last
-        if holds_run(root) and not (overwrite or resume):
-            raise RunError(
-                f"{root} already holds a run; continue it with --resume, choose another --out folder or "
-                "delete this one"
-            )
-        return None
-
-    def check_same_config(self, saved: dict[str, Any]) -> None:
-        check_same_run(
-            saved,
-            config_to_dict(self.config),
-            str(self.run.root),
-            f"Pass the run's own config ({self.run.config}), or train into another --out folder.",
-        )
-
-    def check_determinism_environment(self) -> None:
-        if (
-            self.settings.deterministic
-            and self.device.type == "cuda"
-            and not os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-        ):
-            raise ConfigError(
-                "train.deterministic=true on CUDA needs CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment "
-                "(cuBLAS reads it at start-up): export it before training, or set train.deterministic=false"
-            )
-
-    def cuda_graph_possible(self) -> bool:
-        """Whether the step can be captured; says why not when capture was asked for but cannot be."""
-        train = self.settings
-        if not train.cuda_graph.enabled:
-            return False
-        reasons = []
-        if self.device.type != "cuda":
-            reasons.append(f"training runs on {self.device.type}")
-        if train.accumulate > 1:
-            reasons.append("train.accumulate > 1")
-        if not self.task.capturable:
-            reasons.append(f"{type(self.task).__name__}'s step is not capturable")
-        if self.cluster.distributed:
-            reasons.append("training runs in several processes")
-        if train.precision == "fp16":
-            reasons.append("fp16's gradient scaler is not capturable")
-        if train.optimizer.name not in ("adam", "adamw"):
-            reasons.append(f"optimizer {train.optimizer.name} has no capturable mode")
-        if train.compile.enabled and train.compile.mode == "reduce-overhead":
-            reasons.append("compile mode reduce-overhead already uses CUDA graphs")
-        if reasons:
-            log.info("CUDA graph capture off: %s", "; ".join(reasons))
-            return False
-        return True
-
     @contextlib.contextmanager
     def run_settings(self) -> Iterator[None]:
-        """Determinism and cuDNN flags for the run, restored afterwards; the process group left at the end."""
-        deterministic = self.settings.deterministic
-        previous = (
-            torch.are_deterministic_algorithms_enabled(),
-            torch.is_deterministic_algorithms_warn_only_enabled(),
-            torch.backends.cudnn.deterministic,
-            torch.backends.cudnn.benchmark,
-        )
-        torch.use_deterministic_algorithms(deterministic)
-        torch.backends.cudnn.deterministic = deterministic
-        torch.backends.cudnn.benchmark = not deterministic and self.device.type == "cuda"
+        """The run's determinism flags (`determinism`); the profiler, W&B and process group closed at the end."""
         try:
-            yield
+            with determinism(self.settings.deterministic, self.device):
+                yield
         finally:
             if self.profiler is not None:
                 self.profiler.stop()
-            if self.wandb is not None:
-                self.wandb.finish()
-            torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
-            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = previous[2], previous[3]
+            self.records.finish()
             leave_cluster(self.cluster)
 
     def begin(self) -> None:
@@ -477,13 +390,8 @@ class Engine:
             return  # a finished run: nothing to compile, log or profile
         if self.settings.compile.enabled:
             self.compile_with_fallback()
-        if self.cluster.main and self.settings.wandb.enabled:
-            self.wandb = WandbLogger(
-                self.settings.wandb,
-                self.run.root,
-                config_to_dict(self.config),
-                f"{self.settings_key}.wandb",
-            )
+        wandb_key = f"{self.settings_key}.wandb"
+        self.records.open_wandb(self.settings.wandb, self.run.root, config_to_dict(self.config), wandb_key)
         if self.cluster.main and self.profile_steps > 0:
             self.profiler = StepProfiler(self.profile_steps, self.run.root / "profile", self.device)
         log.info(
@@ -496,14 +404,16 @@ class Engine:
             self.cluster.world_size,
         )
 
+    def compile_with_fallback(self) -> None:
+        """The task's compiled step (`Task.compiled`), or the eager one when compilation fails."""
+        compiled = compiled_or_eager(lambda: self.task.compiled(self.step_model), self.model, self.settings)
+        if compiled is not None:
+            self.step_model, self.compiled = compiled, True
+
     def prepare_run_folder(self) -> None:
-        """Start a fresh run: remove what an earlier attempt left, save the config, begin the log."""
-        for stale in (self.run.checkpoints, self.run.eval, self.run.root / "profile"):
-            shutil.rmtree(stale, ignore_errors=True)
-        (self.run.root / "wandb.json").unlink(missing_ok=True)
-        self.run.checkpoints.mkdir(parents=True, exist_ok=True)
-        save_config(self.config, self.run.config)
-        self.metrics.start(
+        """Start a fresh run: an empty run folder with the config, the log begun with its header."""
+        start_run_folder(self.run, self.config)
+        self.records.start(
             {
                 **environment(),
                 **self.task.header(),
@@ -525,13 +435,7 @@ class Engine:
                 f"{self.resume_from} was written by another kind of training ({state.get('kind')!r}); "
                 "train into another --out folder"
             )
-        self.model.load_state_dict(state.get("train_model", state["model"]))
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        if state.get("scaler"):
-            self.precision.scaler.load_state_dict(state["scaler"])
-        if self.ema is not None:
-            self.ema.load_state_dict(state["ema"])
+        load_trained_state(self.trained(), state)
         ranks = state["rng"] if isinstance(state["rng"], list) else [state["rng"]]
         if len(ranks) != self.cluster.world_size:
             log.warning(
@@ -540,16 +444,7 @@ class Engine:
                 self.cluster.world_size,
             )
         restore_rng_state(ranks[self.cluster.rank % len(ranks)])
-        started_with = state.get("torch_threads")
-        if started_with is not None and started_with != torch.get_num_threads():
-            log.warning(
-                "%s was trained with %d torch thread(s) and continues with %d: the result will differ in the "
-                "last bits from an uninterrupted run (set OMP_NUM_THREADS=%d to continue it exactly)",
-                self.run.root,
-                started_with,
-                torch.get_num_threads(),
-                started_with,
-            )
+        warn_if_threads_changed(self.run.root, state.get("torch_threads"))
         self.task.restore(state)
         self.step = int(state["step"])
         self.epoch = int(state["position"]["epoch"])
@@ -563,16 +458,8 @@ class Engine:
             return
         if self.cluster.main:
             shutil.rmtree(self.run.eval, ignore_errors=True)  # made from weights training moves on from
-            self.metrics.resume(
-                self.step,
-                {
-                    "kind": "resume",
-                    "step": self.step,
-                    "epoch": self.epoch + 1,
-                    "batch": self.batches_done,
-                    "world_size": self.cluster.world_size,
-                },
-            )
+        where = {"step": self.step, "epoch": self.epoch + 1, "batch": self.batches_done}
+        self.records.resume(self.step, {"kind": "resume", **where, "world_size": self.cluster.world_size})
         log.info(
             "resuming %s at epoch %d, micro-batch %d, step %d",
             self.run.root,
@@ -585,45 +472,9 @@ class Engine:
         """Callbacks also hear of the epochs a resumed run had finished (a killed run may not have told them)."""
         if not self.callbacks:
             return
-        best = math.inf
-        for record in read_metrics(self.run.metrics):
-            if record.get("kind") == "epoch" and record["epoch"] <= self.epoch:
-                best = min(best, record["val_loss"])
-                metrics = {k: v for k, v in record.items() if k.startswith("val_")}
-                metrics["best_val_loss"] = best
-                metrics["train_loss"] = record.get("train_loss", math.nan)
-                for callback in self.callbacks:
-                    callback(record["epoch"], metrics)
-
-    def compile_with_fallback(self) -> None:
-        """Let the task compile its step (`Task.compiled`); if that fails, log it and stay eager.
-
-        The task's trial runs the step on the shapes training will see, so that compilation fails here if
-        it fails at all, and leaves no trace: gradients are freed, buffers and random generators restored.
-        """
-        buffers = [b.detach().clone() for b in self.model.buffers()]
-        generators = rng_state()
-        try:
-            compiled = self.task.compiled(self.step_model)
-            if compiled is not None:
-                self.step_model, self.compiled = compiled, True
-                log.info(
-                    "model compiled (mode %s, backend %s)",
-                    self.settings.compile.mode,
-                    self.settings.compile.backend,
-                )
-        except Exception as error:  # any compilation failure: eager, logged
-            log.warning(
-                "torch.compile failed (%s: %s); training runs eagerly",
-                type(error).__name__,
-                str(error).splitlines()[0] if str(error) else "",
-            )
-        finally:
-            self.free_gradients()
-            with torch.no_grad():
-                for buffer, saved in zip(self.model.buffers(), buffers):
-                    buffer.copy_(saved)
-            restore_rng_state(generators)
+        for epoch, metrics in epoch_metrics(self.run.metrics, self.epoch):
+            for callback in self.callbacks:
+                callback(epoch, metrics)
 
     # ---- logging and checkpoints ------------------------------------------------------------------
 
@@ -642,31 +493,10 @@ class Engine:
         self.meter.reset()
         self.skipped_steps += summary["skipped"]
         lr = float(self.optimizer.param_groups[0]["lr"])
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{summary['loss']:.3e}", lr=f"{lr:.2e}")
         record = {"kind": "train", "epoch": epoch + 1, "step": self.step, "lr": lr, **summary}
-        if self.cluster.main:
-            self.write_record(record)
-            if self.bar is not None:
-                self.bar.set_postfix(loss=f"{summary['loss']:.3e}", lr=f"{lr:.2e}")
-        limit = self.settings.max_bad_steps
-        if summary["bad_streak"] >= limit:
-            key = self.settings_key
-            raise TrainingDiverged(
-                f"{summary['bad_streak']} optimiser steps in a row had a non-finite loss or gradient (by step "
-                f"{self.step}); stopping after {key}.max_bad_steps={limit}. Lower {key}.lr, set "
-                f"{key}.grad_clip, use {key}.precision=fp32, or check the data for NaN/Inf. "
-                "checkpoints/last.pt holds the last good state."
-            )
-        if summary["skipped"]:
-            log.warning(
-                "%d step(s) skipped for a non-finite loss or gradient by step %d",
-                summary["skipped"],
-                self.step,
-            )
-
-    def write_record(self, record: dict[str, Any]) -> None:
-        self.metrics.write(record)
-        if self.wandb is not None:
-            self.wandb.log(record)
+        self.records.window(record, self.settings_key, self.settings.max_bad_steps)
 
     def log_epoch(self, epoch: int, seconds: float) -> None:
         loss_sum, good_steps = sum_across_ranks(self.meter.epoch, self.cluster).tolist()
@@ -683,8 +513,7 @@ class Engine:
             "skipped_steps": self.skipped_steps,
             "epoch_time": seconds,
         }
-        if self.cluster.main:
-            self.write_record(record)
+        self.records.write(record)
         log.info(
             "epoch %d/%d  train %.3e  val %.3e  %.1f s%s",
             epoch + 1,
@@ -717,13 +546,10 @@ class Engine:
             if improved:
                 save_checkpoint(self.run.best, state)
             save_checkpoint(self.run.last, state)
-            if at_epoch_end and self.wandb is not None and self.settings.wandb.log_checkpoints:
+            if at_epoch_end:
                 aliases = ["latest", f"epoch-{epochs_done}"] + (["best"] if improved else [])
-                self.wandb.log_checkpoint(
-                    self.run.last,
-                    aliases,
-                    {"epoch": epochs_done, "step": self.step, "val_loss": self.val_loss},
-                )
+                metadata = {"epoch": epochs_done, "step": self.step, "val_loss": self.val_loss}
+                self.records.checkpoint(self.run.last, aliases, metadata)
         barrier(self.cluster)
         if at_epoch_end:
             self.epoch = epochs_done
@@ -745,14 +571,10 @@ class Engine:
         generators: list[dict[str, Any]],
         epoch_loss: list[float],
     ) -> dict[str, Any]:
-        trained = self.model.state_dict()
         state: dict[str, Any] = {
             "format_version": CHECKPOINT_VERSION,
             "dynaforge_version": dynaforge.__version__,
-            "model": trained,
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.precision.scaler.state_dict() if self.precision.scaling else {},
+            **trained_state(self.trained()),
             "rng": generators,
             "epoch": epochs_done,
             "step": self.step,
@@ -769,15 +591,8 @@ class Engine:
         if self.task.kind is not None:
             state["kind"] = self.task.kind
         state.update(self.task.checkpoint_extras())
-        if self.ema is not None:
-            state["ema"] = self.ema.state_dict()
-            if self.settings.ema.evaluate:
-                state["model"], state["train_model"] = self.ema.module.state_dict(), trained
         return state
 
-
-def seed_everything(seed: int) -> None:
-    """Seed python's, numpy's and torch's global generators (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    def trained(self) -> Trained:
+        evaluate_ema = self.ema is not None and self.settings.ema.evaluate
+        return Trained(self.model, self.optimizer, self.scheduler, self.precision, self.ema, evaluate_ema)

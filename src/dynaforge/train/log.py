@@ -10,6 +10,8 @@ The meters add on the device, in place, and are read back once per logging windo
 from __future__ import annotations
 
 import json
+import logging
+import math
 import netrc
 import os
 import platform
@@ -29,6 +31,8 @@ from dynaforge.atomic import atomic_write_bytes, atomic_write_text
 from dynaforge.config import WandbConfig, config_to_dict, save_config
 from dynaforge.errors import RunError
 from dynaforge.runs import check_same_run, load_checkpoint, run_folder
+
+log = logging.getLogger(__name__)
 
 
 class MetricsLog:
@@ -64,6 +68,79 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return records
+
+
+class TrainingDiverged(RunError):
+    """Training produced non-finite losses or gradients it could not skip past."""
+
+
+class RunLog:
+    """A training run's records: metrics.jsonl always, Weights & Biases when enabled. Only the main process
+    writes (`main`); every process logs to the console."""
+
+    def __init__(self, path: Path, main: bool) -> None:
+        self.metrics = MetricsLog(path)
+        self.main = main
+        self.wandb: WandbLogger | None = None
+
+    def start(self, header: dict[str, Any]) -> None:
+        if self.main:
+            self.metrics.start(header)
+
+    def resume(self, step: int, record: dict[str, Any]) -> None:
+        if self.main:
+            self.metrics.resume(step, record)
+
+    def open_wandb(self, settings: WandbConfig, root: Path, config: dict[str, Any], key: str) -> None:
+        if self.main and settings.enabled:
+            self.wandb = WandbLogger(settings, root, config, key)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.main:
+            self.metrics.write(record)
+            if self.wandb is not None:
+                self.wandb.log(record)
+
+    def window(self, record: dict[str, Any], key: str, max_bad_steps: int) -> None:
+        """Write a logging window's record; stop on `max_bad_steps` skipped steps in a row (the settings
+        section `key` names the fix), warn on skipped ones."""
+        self.write(record)
+        if record["bad_streak"] >= max_bad_steps:
+            raise TrainingDiverged(
+                f"{record['bad_streak']} optimiser steps in a row had a non-finite loss or gradient (by step "
+                f"{record['step']}); stopping after {key}.max_bad_steps={max_bad_steps}. Lower {key}.lr, set "
+                f"{key}.grad_clip, use {key}.precision=fp32, or check the data for NaN/Inf. "
+                "checkpoints/last.pt holds the last good state."
+            )
+        if record["skipped"]:
+            log.warning(
+                "%d step(s) skipped for a non-finite loss or gradient by step %d",
+                record["skipped"],
+                record["step"],
+            )
+
+    def checkpoint(self, path: Path, aliases: list[str], metadata: dict[str, Any]) -> None:
+        """Log the checkpoint at `path` to W&B, when W&B is on and asked to keep checkpoints."""
+        if self.main and self.wandb is not None and self.wandb.config.log_checkpoints:
+            self.wandb.log_checkpoint(path, aliases, metadata)
+
+    def finish(self) -> None:
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def epoch_metrics(path: str | Path, upto: int) -> list[tuple[int, dict[str, float]]]:
+    """The metrics of each epoch up to `upto` in a run's metrics.jsonl, as epoch callbacks receive them."""
+    best = math.inf
+    found = []
+    for record in read_metrics(path):
+        if record.get("kind") == "epoch" and record["epoch"] <= upto:
+            best = min(best, record["val_loss"])
+            metrics = {k: v for k, v in record.items() if k.startswith("val_")}
+            metrics["best_val_loss"] = best
+            metrics["train_loss"] = record.get("train_loss", math.nan)
+            found.append((record["epoch"], metrics))
+    return found
 
 
 class WindowMeter:
@@ -203,6 +280,7 @@ class WandbLogger:
         self, config: WandbConfig, run_root: Path, full_config: dict[str, Any], key: str = "train.wandb"
     ) -> None:
         """`key` is the config key of `config` (named in the error when wandb is missing)."""
+        self.config = config
         try:
             import wandb  # lazy: an optional extra (dynaforge[wandb])
         except ImportError as error:

@@ -48,6 +48,7 @@ from dynaforge.config import (
     Config,
     ConfigError,
     LatentConfig,
+    TrainConfig,
     config_to_dict,
     load_config,
     save_config,
@@ -65,7 +66,7 @@ from dynaforge.errors import RunError
 from dynaforge.metrics.ensemble import energy_score
 from dynaforge.metrics.fields import nrmse_per_sample
 from dynaforge.metrics.spectra import energy_spectrum, spectrum_distance
-from dynaforge.models.flow import FlowInput, flow_velocity, integrate_flow, sample
+from dynaforge.models.flow import flow_velocity, integrate_flow, sample
 from dynaforge.models.latent import Conditions
 from dynaforge.models.latent_stack import Corrector, conditioned_rollout
 from dynaforge.models.loading import model_from_checkpoint
@@ -73,17 +74,13 @@ from dynaforge.runs import check_same_run, load_checkpoint, run_folder
 from dynaforge.store import DatasetFolder
 from dynaforge.store.format import SplitArrays
 from dynaforge.train.engine import Engine, TrainSummary
-from dynaforge.train.losses import mse_loss
-from dynaforge.train.task import StepLoss
+from dynaforge.train.losses import distillation_loss, flow_matching_loss, log_spectrum_loss, mse_loss
+from dynaforge.train.task import StepLoss, Task
 from dynaforge.train.window import WindowTask
 
 log = logging.getLogger(__name__)
 
 STATUS_FILE = "stages.json"
-SPECTRUM_FLOOR = 1e-10
-"""Added to energy spectra before their logarithm (normalised units), so that empty shells stay finite."""
-SPECTRUM_RELATIVE_FLOOR = 1e-3
-"""The spectral loss's floor, relative to the true frame's mean shell energy (see `log_spectrum_loss`)."""
 RESIDUAL_SCALE_WINDOWS = 1024
 """Training windows the residual's standard deviation is measured on."""
 
@@ -143,33 +140,10 @@ def conditions_of(batch: tuple[Tensor, ...]) -> Conditions:
     return Conditions(dt=batch[3], params=batch[2])
 
 
-def log_spectrum_loss(predicted: Tensor, truth: Tensor) -> Tensor:
-    """Mean |log(E_pred(k) + f) - log(E_true(k) + f)| over samples, frames, channels and shells, in fp32 with
-    autocast off (spectra of half-precision fields lose the small scales). The floor f is
-    SPECTRUM_RELATIVE_FLOOR times the true frame's mean shell energy: shells far below it (the dissipation
-    range) barely count, which keeps the gradient bounded (an absolute floor lets the near-empty shells'
-    1 / E dominate the loss and stall training)."""
-    with torch.autocast(device_type=predicted.device.type, enabled=False):
-        e_pred = energy_spectrum(predicted.float())
-        e_true = energy_spectrum(truth.float())
-        floor = SPECTRUM_RELATIVE_FLOOR * e_true.mean(dim=-1, keepdim=True) + SPECTRUM_FLOOR
-        return (torch.log(e_pred + floor) - torch.log(e_true + floor)).abs().mean()
-
-
 def validation_noise(shape: tuple[int, ...], seed: int, device: torch.device) -> Tensor:
     """The same Gaussian draw at every validation (so epochs are compared on equal terms)."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(shape, generator=generator, dtype=torch.float32).to(device)
-
-
-def flow_matching_loss(model: nn.Module, target: Tensor, condition: Tensor, params: Tensor) -> Tensor:
-    """Straight-path flow matching: x_t = (1 - t) x0 + t x1 with x0 ~ N(0, I), regress v = x1 - x0."""
-    noise = torch.randn_like(target)
-    t = torch.rand(target.shape[0], dtype=target.dtype, device=target.device)
-    view = (-1,) + (1,) * (target.ndim - 1)
-    state = (1 - t.view(view)) * noise + t.view(view) * target
-    velocity = model(FlowInput(state=state, time=t, condition=condition, params=params)).velocity
-    return mse_loss(velocity, target - noise)
 
 
 # ---- the tasks the shared training loop runs ---------------------------------------------------------
@@ -337,16 +311,6 @@ def model_scale(model: nn.Module) -> float:
     return float(getattr(model, "module", model).config.scale)
 
 
-def distillation_loss(student: Tensor, target: Tensor, spectral_weight: float = 0.0) -> Tensor:
-    """MSE between the student's and the teacher's samples of the same noise (B, C, *space), plus
-    `spectral_weight` times the log energy-spectrum loss between them (the MSE alone lets a student smooth
-    away the small scales it cannot match; the spectrum term charges for the lost energy)."""
-    loss = mse_loss(student, target)
-    if spectral_weight > 0:
-        loss = loss + spectral_weight * log_spectrum_loss(student[:, None], target[:, None])
-    return loss
-
-
 def distillation_target(teacher: Corrector, noise: Tensor, condition: Tensor, params: Tensor) -> Tensor:
     """What the teacher's S-step sampler makes of `noise` (in the flow's unit-variance coordinates): the
     student's regression target for the same noise."""
@@ -429,12 +393,12 @@ class StageContext:
         return load_config(saved) if saved.exists() else build()
 
 
-def stage_train(base: Config, epochs: int, lr: float, rollout_steps: int = 1) -> Any:
+def stage_train(base: Config, epochs: int, lr: float, rollout_steps: int = 1) -> TrainConfig:
     return dataclasses.replace(base.train, epochs=epochs, lr=lr, rollout_steps=rollout_steps)
 
 
 def fit(
-    context: StageContext, stage: str, config: Config, task: Any, start: dict[str, Tensor] | None = None
+    context: StageContext, stage: str, config: Config, task: Task, start: dict[str, Tensor] | None = None
 ) -> TrainSummary:
     """Train `task` with the shared loop into RUN/<stage>/, resuming its last checkpoint if there is one;
     `start`: initial weights of a fresh (not resumed) run."""

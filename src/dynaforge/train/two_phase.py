@@ -109,12 +109,8 @@ def relax(
 
 
 COMPILED_CHUNK_LIMIT = 10
-"""Most relaxation steps unrolled into one compiled graph. Measured on 2 loaded CPU cores (hidden 32,
-batch 32, 40 + 20 + 20 steps per window): eager 93 windows/s; compiled chunks of 5 and 10 steps 210 and
-253 windows/s after 5 and 4 s of compilation; chunks of 20 steps 278 windows/s (compiled from a warm
-cache, so its cold compile time was not measured); each phase unrolled whole (40 and 20 steps) 226
-windows/s after 73 s of compilation; one compiled step called in a Python loop 93 windows/s (no gain: the
-per-call overhead is the eager cost). Ten steps is the knee."""
+"""Most relaxation steps unrolled into one compiled graph: longer chunks compile for much longer and run
+little faster, one step per call gains nothing (docs/two_phase.md, "Compilation")."""
 
 
 class CompiledRelax:

@@ -15,12 +15,9 @@ architecture) each of the two passes is one fused loop; without compile the same
 (slower; same values up to float32 rounding order). The statistics pass through small matrix products
 (`group_matrices`), which also keeps inductor from recomputing the reciprocal square root per element.
 
-Measured here (CPU time, one thread, a 32-64-64-64 residual group-norm network, M = 3, 64x64): this engine
-3.4 ms per operator-step with ReLU against 5.0 ms for the same fused step over one grouped convolution of 8
-operators (whose activations no longer fit in cache); a GELU or SiLU layer costs about 0.5-0.7 ns more per
-value than ReLU, float32 arithmetic that bf16 storage does not reduce (a polynomial GELU was no faster than
-the vectorised erf). Functions traced by torch.compile carry `@no_type_check`: the test suite's runtime
-jaxtyping wrappers, which dynamo cannot trace, leave them alone.
+One operator at a time beats one grouped convolution over several because its activations stay in cache
+(docs/random_cnn.md has the timings). Functions traced by torch.compile carry `@no_type_check`: the test
+suite's runtime jaxtyping wrappers, which dynamo cannot trace, leave them alone.
 """
 
 from __future__ import annotations

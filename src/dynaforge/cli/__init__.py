@@ -1,0 +1,264 @@
+"""The `dynaforge` command: one verb per pipeline stage. Argument parsing only; the work is elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from dynaforge.cli.commands import (
+    run_convert,
+    run_evaluate,
+    run_export,
+    run_generate,
+    run_inspect,
+    run_nbody_simulate,
+    run_nbody_train,
+    run_rollout,
+    run_run,
+    run_train,
+    run_tune,
+    run_twophase_train,
+    run_verify,
+)
+from dynaforge.cli.threads import choose_threads, command_threads, resumed_run
+from dynaforge.config import ConfigError
+
+__all__ = ["build_parser", "choose_threads", "main", "resumed_run"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # Under torchrun only rank 0 reports progress; the other ranks speak up for warnings and errors.
+    worker = int(os.environ.get("RANK", "0")) > 0
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet or worker else logging.INFO, format="%(levelname)s %(message)s"
+    )
+    from dynaforge.errors import RunError
+
+    expected: tuple[type[Exception], ...] = (ConfigError, RunError, FileNotFoundError)
+    if args.verb != "rollout":  # `rollout` runs without PyTorch, which dynaforge.store imports
+        from dynaforge.store import DatasetError
+
+        expected += (DatasetError,)
+    try:
+        with command_threads(args):
+            return int(args.handler(args) or 0)
+    except expected as error:
+        # Expected failures (a bad config, a bad dataset) get one clear line, not a traceback.
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dynaforge", description=__doc__.split(":")[0])
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+
+    generate = verbs.add_parser("generate", help="generate a dataset folder from a config")
+    add_config_arguments(generate)
+    generate.add_argument("--out", required=True, help="dataset folder (created, or resumed if it exists)")
+    generate.add_argument(
+        "--shard-index", type=int, default=None, help="this worker's index (default: RANK or SLURM)"
+    )
+    generate.add_argument("--num-shards", type=int, default=None, help="number of workers sharing the job")
+    generate.add_argument("--no-progress", action="store_true", help="no progress bar")
+    generate.set_defaults(handler=run_generate)
+
+    inspect = verbs.add_parser("inspect", help="validate a dataset folder and summarise it")
+    inspect.add_argument("path", help="dataset folder")
+    inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
+    inspect.add_argument("--no-checksums", action="store_true", help="skip SHA-256 verification (faster)")
+    inspect.set_defaults(handler=run_inspect)
+
+    verify = verbs.add_parser(
+        "verify",
+        help="regenerate samples from a dataset's config and seeds and compare them with the stored ones",
+    )
+    verify.add_argument("path", help="dataset folder made by `dynaforge generate`")
+    verify.add_argument(
+        "--samples",
+        default=None,
+        help="samples per split, chosen at random (default 3), or 'all'",
+    )
+    verify.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="accept a regenerated sample whose largest difference, relative to the sample's largest "
+        "value, is at most this (another CPU family or a GPU may differ in the last bits); default: "
+        "identical bytes only",
+    )
+    verify.add_argument("--seed", type=int, default=None, help="seed of the random choice of samples")
+    verify.add_argument("--json", action="store_true", help="print the result as JSON")
+    verify.set_defaults(handler=run_verify)
+
+    convert = verbs.add_parser(
+        "convert", help="convert a PDEBench or The Well HDF5 file into a dataset folder"
+    )
+    convert.add_argument("input", help="PDEBench or The Well .hdf5/.h5 file")
+    convert.add_argument("--out", required=True, help="dataset folder to create")
+    convert.add_argument(
+        "--format", choices=["pdebench", "the_well"], default=None, help="source format (default: detected)"
+    )
+    convert.add_argument(
+        "--splits",
+        default="0.8,0.1,0.1",
+        metavar="TRAIN,VAL,TEST",
+        help="fractions of the file's samples per split, contiguous in file order (default 0.8,0.1,0.1)",
+    )
+    convert.add_argument("--shard-size", type=int, default=256, help="samples per shard (default 256)")
+    convert.set_defaults(handler=run_convert)
+
+    train = verbs.add_parser("train", help="train a surrogate on a dataset folder into a run folder")
+    add_config_arguments(train)
+    train.add_argument(
+        "--data",
+        required=True,
+        help="dataset folder (from `dynaforge generate` or `convert`), or a PDEBench / The Well file",
+    )
+    train.add_argument("--out", required=True, help="run folder to create (or to continue, with --resume)")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its last checkpoint (start it if it has none)",
+    )
+    train.add_argument(
+        "--resume-from-artifact",
+        default=None,
+        metavar="REF",
+        help="continue from a W&B checkpoint artifact (entity/project/checkpoint-ID:alias) into a new --out",
+    )
+    train.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="profile N optimiser steps into RUN/profile/ (Chrome trace, top operators)",
+    )
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(handler=run_train)
+
+    evaluate = verbs.add_parser("evaluate", help="score a run on the test split; writes RUN/eval/")
+    evaluate.add_argument("run", help="run folder (from `dynaforge train`)")
+    evaluate.add_argument(
+        "--data",
+        default=None,
+        help="dataset folder or PDEBench / The Well file (default: the one trained on)",
+    )
+    evaluate.set_defaults(handler=run_evaluate)
+
+    run = verbs.add_parser("run", help="generate, train and evaluate from one config (skips finished stages)")
+    add_config_arguments(run)
+    run.add_argument("--out", required=True, help="root folder: ROOT/data, ROOT/run")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.set_defaults(handler=run_run)
+    add_nbody_parser(verbs)
+    add_tune_export_parsers(verbs)
+    add_twophase_parser(verbs)
+    return parser
+
+
+def add_nbody_parser(verbs: argparse._SubParsersAction) -> None:
+    nbody = verbs.add_parser("nbody", help="N-body simulation and the learned step controller")
+    actions = nbody.add_subparsers(dest="action", required=True)
+    simulate = actions.add_parser(
+        "simulate", help="run N-body systems; write invariants.json, plots and an animation"
+    )
+    add_config_arguments(simulate)
+    simulate.add_argument("--out", required=True, help="output folder")
+    simulate.add_argument(
+        "--controller",
+        choices=("fixed", "adaptive", "learned"),
+        default=None,
+        help="step control (default: system.control.kind from the config)",
+    )
+    simulate.add_argument("--model", default=None, help="run folder of a trained controller (for learned)")
+    simulate.add_argument("--systems", type=int, default=1, help="systems drawn and stepped together")
+    simulate.add_argument(
+        "--animation",
+        choices=("auto", "gif", "mp4", "none"),
+        default="auto",
+        help="auto: MP4 when ffmpeg is on PATH, else GIF",
+    )
+    simulate.add_argument("--frames", type=int, default=120, help="animation frames")
+    simulate.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
+    simulate.set_defaults(handler=run_nbody_simulate)
+    train = actions.add_parser("train", help="train the learned step controller into a run folder")
+    add_config_arguments(train)
+    train.add_argument("--out", required=True, help="run folder (config.yaml, metrics.jsonl, checkpoints/)")
+    train.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from checkpoints/last.pt"
+    )
+    train.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(handler=run_nbody_train)
+
+
+def add_tune_export_parsers(verbs: argparse._SubParsersAction) -> None:
+    tune = verbs.add_parser("tune", help="an Optuna study over a training config (tune.space in the YAML)")
+    add_config_arguments(tune)
+    tune.add_argument(
+        "--trials", type=int, required=True, help="finished trials the study should hold (resumes to N)"
+    )
+    tune.add_argument(
+        "--study", default=None, help="study name (default: tune.study, else the config's name)"
+    )
+    tune.add_argument(
+        "--storage", default=None, help="Optuna storage URL (default: tune.storage, else STUDY/study.db)"
+    )
+    tune.add_argument("--out", default=None, help="study folder (default: studies/NAME)")
+    tune.add_argument(
+        "--data", default=None, help="dataset folder for PDE trials (default: generated into STUDY/data)"
+    )
+    tune.add_argument("--threads", type=int, default=None, help="torch threads per trial")
+    tune.set_defaults(handler=run_tune)
+
+    export = verbs.add_parser("export", help="export a run's model to ONNX and verify it in onnxruntime")
+    export.add_argument("run", help="run folder (from `dynaforge train`, `nbody train` or STUDY/best)")
+    export.add_argument("--out", required=True, help="the .onnx file to write")
+    export.add_argument("--checkpoint", choices=("best", "last"), default="best", help="which checkpoint")
+    export.add_argument(
+        "--data", default=None, help="dataset for the real-input check (default: the one trained on)"
+    )
+    export.set_defaults(handler=run_export)
+
+    rollout = verbs.add_parser(
+        "rollout", help="autoregressive rollout of an exported model with onnxruntime alone (no PyTorch)"
+    )
+    rollout.add_argument("--onnx", required=True, help="model exported by `dynaforge export`")
+    rollout.add_argument("--data", required=True, help="dataset folder whose trajectories to roll out")
+    rollout.add_argument("--split", default="test", choices=("train", "val", "test"), help="default test")
+    rollout.add_argument("--frames", type=int, default=None, help="frames to predict (default: all stored)")
+    rollout.add_argument("--samples", type=int, default=None, help="trajectories (default: all of the split)")
+    rollout.set_defaults(handler=run_rollout)
+
+
+def add_twophase_parser(verbs: argparse._SubParsersAction) -> None:
+    twophase = verbs.add_parser(
+        "twophase", help="two-phase (equilibrium propagation) training of energy-based models"
+    )
+    actions = twophase.add_subparsers(dest="action", required=True)
+    train = actions.add_parser("train", help="train the `twophase` section's model into a run folder")
+    add_config_arguments(train)
+    train.add_argument("--out", required=True, help="run folder (config.yaml, metrics.jsonl, checkpoints/)")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from checkpoints/last.pt (start it if it has none)",
+    )
+    train.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small networks)")
+    train.set_defaults(handler=run_twophase_train)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML preset (see configs/)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="dotted overrides, e.g. system.dt=0.005 (train, run: stage=all trains the staged latent stack)",
+    )

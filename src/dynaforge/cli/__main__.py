@@ -1,0 +1,7 @@
+"""`python -m dynaforge.cli`."""
+
+import sys
+
+from dynaforge.cli import main
+
+sys.exit(main())

@@ -1,0 +1,321 @@
+"""What each `dynaforge` verb does: the handlers `main` dispatches to. Each imports what its verb needs
+inside it, so a command loads only its own part of the package (`rollout` runs without PyTorch)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from dynaforge.cli.threads import torch_threads
+from dynaforge.config import ConfigError, load_config
+
+
+def run_twophase_train(args: argparse.Namespace) -> int:
+    from dynaforge.train.two_phase import train_two_phase
+
+    config = load_config(args.config, args.overrides)
+    with torch_threads(args.threads):
+        summary = train_two_phase(config, args.out, resume=args.resume)
+    print(
+        f"{summary.run}: {summary.epochs} epochs, {summary.steps} windows, "
+        f"best validation loss {summary.best_val_loss:.4e}"
+    )
+    return 0
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from dynaforge.generate import generate
+
+    config = load_config(args.config, args.overrides)
+    manifest = generate(
+        config,
+        args.out,
+        shard_index=args.shard_index,
+        num_shards=args.num_shards,
+        progress=False if args.no_progress else None,
+    )
+    done = sum(1 for s in manifest["shards"] if s["complete"])
+    state = "complete" if manifest["complete"] else "partial (other workers' shards pending)"
+    print(f"{args.out}: {done}/{len(manifest['shards'])} shards, {state}")
+    return 0
+
+
+def nbody_overrides(args: argparse.Namespace) -> list[str]:
+    overrides = list(args.overrides)
+    if getattr(args, "controller", None):
+        overrides.append(f"system.control.kind={args.controller}")
+    if getattr(args, "model", None):
+        overrides.append(f"system.control.model={args.model}")
+    return overrides
+
+
+def run_nbody_simulate(args: argparse.Namespace) -> int:
+    from dynaforge.evaluate.nbody_report import simulate
+
+    config = load_config(args.config, nbody_overrides(args))
+    with torch_threads(args.threads):
+        summary = simulate(config, args.out, args.systems, args.animation, args.frames)
+    for i, system in enumerate(summary["systems"]):
+        drift = system["max_relative_drift"]
+        print(
+            f"system {i}: t={system['t_end']:.6g} steps={system['steps']} force evaluations={system['force_evaluations']} "
+            f"max |dE/E|={drift['energy']:.3g} |dP|={drift['momentum']:.3g} |dL|={drift['angular_momentum']:.3g}"
+        )
+    print(f"wrote {args.out}/invariants.json, plots and {summary.get('animation', 'no animation')}")
+    return 0
+
+
+def run_nbody_train(args: argparse.Namespace) -> int:
+    from dynaforge.train.step_controller import train_controller
+
+    config = load_config(args.config, args.overrides)
+    with torch_threads(args.threads):
+        summary = train_controller(
+            config, args.out, resume=args.resume, progress=False if args.no_progress else None
+        )
+    print(f"{summary.run}: {summary.steps} steps, best validation loss {summary.best_val_loss:.4g}")
+    return 0
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from dynaforge.store import validate_dataset
+
+    result = validate_dataset(args.path, checksums=not args.no_checksums)
+    if args.json:
+        print(
+            json.dumps(
+                {"ok": result.ok, "errors": result.errors, "warnings": result.warnings, **result.summary},
+                indent=2,
+            )
+        )
+    else:
+        print(format_summary(result.summary))
+        for warning in result.warnings:
+            print(f"warning: {warning}")
+        for error in result.errors:
+            print(f"error: {error}", file=sys.stderr)
+        print("valid" if result.ok else f"INVALID: {len(result.errors)} problem(s)")
+    return 0 if result.ok else 1
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from dynaforge.generate.verify import dumps, verify_dataset
+    from dynaforge.machine import machine_summary
+    from dynaforge.store import DatasetFolder
+
+    samples = parse_sample_count(args.samples)
+    DatasetFolder(args.path)  # a clear error for a missing or incomplete folder before any output
+    show = None if args.json else (lambda check: print(f"  {check.describe()}", flush=True))
+    if not args.json:
+        amount = "every sample" if samples is None else f"{samples} random sample(s) per split"
+        print(f"verify {args.path}: regenerating {amount} from its config and seeds")
+    result = verify_dataset(args.path, samples, args.tolerance, args.seed, on_sample=show)
+    if args.json:
+        print(dumps(result))
+        return 0 if result.ok else 1
+    made = "; ".join(machine_summary(m) for m in result.made_on) or "not recorded (an older dataset)"
+    print(f"made on: {made}")
+    print(f"checked on: {machine_summary(result.checked_on)}")
+    failed = [check for check in result.checks if not check.passed]
+    if not failed:
+        exact = all(check.identical for check in result.checks)
+        print(
+            f"OK: {len(result.checks)} sample(s) regenerated, "
+            f"{'all identical' if exact else f'identical or within tolerance {args.tolerance:g}'}"
+        )
+        return 0
+    names = ", ".join(f"{c.split}/{c.index}" for c in failed[:10]) + (" ..." if len(failed) > 10 else "")
+    regenerated_differently = any(c.stored_matches_record is not False for c in failed)
+    hint = (
+        "; if the dataset was made on another CPU family or a GPU (see 'made on'), pass --tolerance (e.g. 1e-5)"
+        if regenerated_differently and args.tolerance is None
+        else ""
+    )
+    print(f"FAILED: {len(failed)} of {len(result.checks)} sample(s) do not match: {names}{hint}")
+    return 1
+
+
+def parse_sample_count(text: str | None) -> int | None:
+    """--samples: a positive count per split, or 'all' (None)."""
+    from dynaforge.generate.verify import DEFAULT_SAMPLES
+
+    if text is None:
+        return DEFAULT_SAMPLES
+    if text == "all":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"--samples must be a positive number or 'all', got {text!r}")
+    return int(text)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from dynaforge.store.convert import convert
+    from dynaforge.store.interop import parse_fractions
+
+    manifest = convert(
+        args.input,
+        args.out,
+        format=args.format,
+        fractions=parse_fractions(args.splits),
+        shard_size=args.shard_size,
+    )
+    source, shape = manifest["source"], manifest["shape"]
+    splits = "   ".join(f"{k}={v['n_samples']}" for k, v in manifest["splits"].items())
+    print(f"{args.out}: {source['format']} ({source['layout']}) {source['name']}, {splits}")
+    print(f"shape     frames={shape['frames']} space={shape['space']} channels={source['channel_names']}")
+    print(f"check it with `dynaforge inspect {args.out}`")
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from dynaforge.train import train
+
+    if args.profile < 0:
+        raise ConfigError(f"--profile takes a number of steps >= 0, got {args.profile}")
+    stage = [item for item in args.overrides if item.startswith("stage=")]
+    if stage:
+        return run_train_stages(args, stage[-1].split("=", 1)[1])
+    config = load_config(args.config, args.overrides)
+    if args.resume_from_artifact:
+        from dynaforge.train.log import start_from_artifact
+
+        start_from_artifact(args.resume_from_artifact, args.out, config)
+    summary = train(
+        config,
+        args.data,
+        args.out,
+        progress=False if args.no_progress else None,
+        resume=args.resume or bool(args.resume_from_artifact),
+        profile_steps=args.profile,
+    )
+    if int(os.environ.get("RANK", "0")) > 0:
+        return 0
+    print(f"{summary.run}: {summary.epochs} epochs, best validation loss {summary.best_val_loss:.4e}")
+    if args.profile:
+        print(f"profile: {summary.run / 'profile'}")
+    return 0
+
+
+def run_train_stages(args: argparse.Namespace, stage: str) -> int:
+    """`dynaforge train CONFIG stage=all|NAME`: the staged latent stack (dynaforge.train.stages)."""
+    from dynaforge.train.stages import run_stages
+
+    overrides = [item for item in args.overrides if not item.startswith("stage=")]
+    config = load_config(args.config, overrides)
+    status = run_stages(config, args.data, args.out, stage, progress=False if args.no_progress else None)
+    for name, record in status["stages"].items():
+        print(
+            f"{args.out}/{name}: {record['status']}, best validation metric {record.get('best_val', float('nan')):.4e}"
+        )
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from dynaforge.evaluate import evaluate
+
+    result = evaluate(args.run, args.data)
+    print_evaluation(result.metrics)
+    print(f"report: {result.report}")
+    return 0
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from dynaforge.pipeline import run_pipeline
+
+    stage = [item.split("=", 1)[1] for item in args.overrides if item.startswith("stage=")]
+    overrides = [item for item in args.overrides if not item.startswith("stage=")]
+    config = load_config(args.config, overrides)
+    progress = False if args.no_progress else None
+    report = run_pipeline(config, args.out, progress=progress, stage=stage[-1] if stage else None)
+    print_evaluation(json.loads((report.parent / "metrics.json").read_text()))
+    print(f"report: {report}")
+    return 0
+
+
+def run_tune(args: argparse.Namespace) -> int:
+
+    try:
+        from dynaforge.tune import run_study
+    except ImportError as error:
+        raise ConfigError(f"dynaforge tune needs Optuna: pip install 'dynaforge[tune]' ({error})") from error
+    if args.quiet:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # Optuna logs each trial through its own handler
+    config = load_config(args.config, args.overrides)
+    name = args.study or config.tune.study or Path(args.config).stem
+    out = args.out or str(Path("studies") / name)
+    with torch_threads(args.threads):
+        result = run_study(config, args.trials, out, name, storage=args.storage, data=args.data)
+    summary = result.summary
+    states = ", ".join(f"{n} {k}" for k, n in summary["states"].items())
+    print(f"study {name}: {summary['trials']} trial{'' if summary['trials'] == 1 else 's'} ({states})")
+    for best in summary["best"]:
+        params = ", ".join(f"{k}={v}" for k, v in best["params"].items())
+        print(f"best trial {best['number']}: {best['values']} with {params}")
+    print(f"summary: {result.folder / 'summary.md'}; best run: {summary['best_run']}")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    try:
+        from dynaforge.export.onnx_export import export_run
+    except ImportError as error:
+        raise ConfigError(
+            f"dynaforge export needs onnx, onnxruntime and onnxscript: pip install 'dynaforge[export]' ({error})"
+        ) from error
+    result = export_run(args.run, args.out, checkpoint=args.checkpoint, data=args.data)
+    for check in result.checks:
+        print(
+            f"{check.name:<7} max |onnxruntime - torch| {check.max_abs:.3e}  relative {check.relative:.3e}  "
+            f"(tolerance {check.tolerance:.1e}) ok"
+        )
+    print(f"wrote {result.path} (opset {result.opset}, inputs {result.inputs}, outputs {result.outputs})")
+    return 0
+
+
+def run_rollout(args: argparse.Namespace) -> int:
+    from dynaforge.export.onnx_rollout import rollout_onnx
+
+    result = rollout_onnx(args.onnx, args.data, split=args.split, frames=args.frames, samples=args.samples)
+    print(f"{result.samples} trajectories of {args.split}, {len(result.nrmse)} predicted frames")
+    for step in sorted({1, len(result.nrmse) // 2 or 1, len(result.nrmse)}):
+        print(f"rollout nRMSE, step {step:<3d} {result.nrmse[step - 1]:.4e}")
+    return 0
+
+
+def print_evaluation(metrics: dict) -> None:
+    rollout = metrics["rollout_nrmse"]
+    print(f"test one-step nRMSE        {metrics['one_step_nrmse']:.4e}")
+    print(f"test rollout nRMSE, step {len(rollout):<3d} {rollout[-1]:.4e}")
+
+
+def format_summary(summary: dict) -> str:
+    if not summary:
+        return ""
+    lines = [
+        f"dataset   {summary['root']}",
+        f"system    {summary['system']}   format v{summary['format_version']}   {summary['bytes'] / 2**20:.1f} MiB",
+        "samples   " + "   ".join(f"{k}={v}" for k, v in summary["splits"].items()),
+        f"shape     frames={summary['frames']} space={summary['space']} channels={summary['channels']}",
+    ]
+    if "source" in summary:
+        source = summary["source"]
+        lines.append(
+            f"source    {source['format']} ({source['layout']}) {source['file']}, splits {source['fractions']}"
+        )
+    for name, bounds in summary["parameters"].items():
+        lines.append(f"param     {name:<14} [{bounds['min']:.6g}, {bounds['max']:.6g}]")
+    stats = summary.get("stats")
+    if stats:
+        lines.append(
+            f"train     mean={_fmt(stats['mean'])} std={_fmt(stats['std'])} min={_fmt(stats['min'])} max={_fmt(stats['max'])}"
+        )
+    return "\n".join(lines)
+
+
+def _fmt(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.4g}" for v in values) + "]"
