@@ -51,31 +51,15 @@ EVALUATION_ONLY = ("evaluate", "tune")
 
 
 class RunFolder(NamedTuple):
+    """The paths of a run folder (see the module docstring); `run_folder(root)` makes one."""
+
     root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def last(self) -> Path:
-        return self.checkpoints / "last.pt"
-
-    @property
-    def best(self) -> Path:
-        return self.checkpoints / "best.pt"
-
-    @property
-    def eval(self) -> Path:
-        return self.root / "eval"
+    config: Path
+    metrics: Path
+    checkpoints: Path
+    last: Path
+    best: Path
+    eval: Path
 
     def checkpoint(self, which: str) -> Path:
         """`best` or `last`."""
@@ -83,7 +67,17 @@ class RunFolder(NamedTuple):
 
 
 def run_folder(path: str | Path) -> RunFolder:
-    return RunFolder(Path(path))
+    root = Path(path)
+    checkpoints = root / "checkpoints"
+    return RunFolder(
+        root,
+        root / "config.yaml",
+        root / "metrics.jsonl",
+        checkpoints,
+        checkpoints / "last.pt",
+        checkpoints / "best.pt",
+        root / "eval",
+    )
 
 
 def holds_run(path: str | Path) -> bool:

@@ -6,6 +6,8 @@ machines; the splits draw from independent streams (docs/format.md, "Splits, sha
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 SPLITS = ("train", "val", "test")
@@ -16,6 +18,18 @@ def sample_seed(base_seed: int, split: str, index: int) -> int:
     """The seed of one sample, from (base seed, split, global index) alone (numpy SeedSequence mixing)."""
     sequence = np.random.SeedSequence(entropy=base_seed, spawn_key=(SPLIT_IDS[split], index))
     return int(sequence.generate_state(1, dtype=np.uint64)[0])
+
+
+class Rows(NamedTuple):
+    """Samples [start, stop) of one split of a dataset whose base seed is `base_seed`."""
+
+    split: str
+    start: int
+    stop: int
+    base_seed: int
+
+    def seeds(self) -> list[int]:
+        return [sample_seed(self.base_seed, self.split, i) for i in range(self.start, self.stop)]
 
 
 def sample_rng(seed: int) -> np.random.Generator:

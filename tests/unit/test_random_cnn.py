@@ -11,7 +11,7 @@ import torch
 
 from dynaforge.config import ParameterSpec, load_config
 from dynaforge.generate import generate
-from dynaforge.seeds import sample_seed
+from dynaforge.seeds import Rows, sample_seed
 from dynaforge.store import DatasetFolder, validate_dataset
 from dynaforge.systems import build_system
 from dynaforge.systems.random_cnn import grouped as grouped_module
@@ -83,7 +83,7 @@ def test_an_operator_is_rebuilt_exactly_from_its_stored_parameters_and_seeds(pre
     """Generate 4 operators together, then rebuild operator 2 alone from its row: same trajectory, bit for bit."""
     system = small_system(f"system.precision={precision}")
     m = system.config.realizations
-    rows = system.sample_rows("val", 3 * m, 7 * m, base_seed=11, device=torch.device("cpu"))
+    rows = system.sample_rows(Rows("val", 3 * m, 7 * m, base_seed=11), device=torch.device("cpu"))
     row = 2 * m + 1  # operator 5 of the split, realization 1
     op = OperatorParams.from_values(system.config.space, rows.params[row, :-1])
     operator, realization = int(rows.extras["operator"][row]), int(rows.extras["realization"][row])
@@ -248,7 +248,7 @@ def test_compiled_fused_engine_rebuilds_exactly_and_agrees_with_eager_execution(
     definition in float32 (test_grouped_float32_matches_the_straightforward_loop)."""
     compiled = small_system(*ONE_ARCHITECTURE, "system.compile=true")
     m = compiled.config.realizations
-    rows = compiled.sample_rows("train", 0, 4 * m, base_seed=5, device=torch.device("cpu"))
+    rows = compiled.sample_rows(Rows("train", 0, 4 * m, base_seed=5), device=torch.device("cpu"))
     # Operator 2 alone through the same compiled graph (one intra-op thread, as generation runs it): bit for
     # bit what the batch of 4 produced.
     batch, *_ = compiled.build_operators("train", 2, 3, base_seed=5)

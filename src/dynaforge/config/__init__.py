@@ -14,6 +14,7 @@ from dynaforge.config.base import ConfigError, InitialConfig, Range
 from dynaforge.config.data import DataConfig, DatasetConfig
 from dynaforge.config.evaluate import EvaluateConfig
 from dynaforge.config.load import (
+    SYSTEM_CONFIGS,
     Config,
     apply_train_preset,
     config_differences,
@@ -33,7 +34,6 @@ from dynaforge.config.models import (
     UNetConfig,
 )
 from dynaforge.config.nbody import (
-    SYSTEM_CONFIGS,
     ControllerNetConfig,
     ControllerSystemsConfig,
     NBodyConfig,

@@ -22,14 +22,20 @@ from dynaforge.config.base import ConfigError, Range
 from dynaforge.config.data import DataConfig, DatasetConfig
 from dynaforge.config.evaluate import EvaluateConfig
 from dynaforge.config.models import MODEL_CONFIGS, FNOConfig, ModelConfig
-from dynaforge.config.nbody import LEGACY_TIMESTEPPER_KEYS, SYSTEM_CONFIGS, NBodyConfig, TimestepperConfig
+from dynaforge.config.nbody import LEGACY_TIMESTEPPER_KEYS, NBodyConfig, TimestepperConfig
 from dynaforge.config.stack import StagesConfig
-from dynaforge.config.systems import BurgersConfig, SystemConfig
+from dynaforge.config.systems import PDE_SYSTEM_CONFIGS, BurgersConfig, SystemConfig
 from dynaforge.config.train import TRAIN_PRESETS, TrainConfig
 from dynaforge.config.tune import TuneConfig
 from dynaforge.config.two_phase import TwoPhaseConfig
 
 log = logging.getLogger(__name__)
+
+SYSTEM_CONFIGS: dict[str, type[SystemConfig] | type[NBodyConfig]] = {
+    **PDE_SYSTEM_CONFIGS,
+    "nbody": NBodyConfig,
+}
+"""`system.name` -> the dataclass of the `system` section."""
 
 
 @dataclass

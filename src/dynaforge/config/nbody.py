@@ -6,17 +6,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dynaforge.config.base import ConfigError, Range
-from dynaforge.config.systems import (
-    AdvectionConfig,
-    BurgersConfig,
-    GrayScottConfig,
-    HeatConfig,
-    KS2DConfig,
-    KSConfig,
-    NavierStokesConfig,
-    RandomCNNConfig,
-    SystemConfig,
-)
 from dynaforge.config.train import OptimizerConfig, ScheduleConfig, TrainConfig
 
 
@@ -162,19 +151,6 @@ class NBodyConfig:
         if self.initial.family == "kepler":
             names += ["semi_major_axis", "eccentricity"]
         return tuple(names)
-
-
-SYSTEM_CONFIGS: dict[str, type[SystemConfig] | type[NBodyConfig]] = {
-    "heat": HeatConfig,
-    "advection": AdvectionConfig,
-    "burgers": BurgersConfig,
-    "ks": KSConfig,
-    "navier_stokes": NavierStokesConfig,
-    "gray_scott": GrayScottConfig,
-    "ks2d": KS2DConfig,
-    "random_cnn": RandomCNNConfig,
-    "nbody": NBodyConfig,
-}
 
 
 @dataclass

@@ -306,3 +306,16 @@ class RandomCNNConfig(SystemConfig):
             raise ConfigError("channels, realizations, max_group and spectrum_bins must be >= 1")
         if self.memory_budget_gb <= 0:
             raise ConfigError(f"memory_budget_gb must be > 0, got {self.memory_budget_gb}")
+
+
+PDE_SYSTEM_CONFIGS: dict[str, type[SystemConfig]] = {
+    "heat": HeatConfig,
+    "advection": AdvectionConfig,
+    "burgers": BurgersConfig,
+    "ks": KSConfig,
+    "navier_stokes": NavierStokesConfig,
+    "gray_scott": GrayScottConfig,
+    "ks2d": KS2DConfig,
+    "random_cnn": RandomCNNConfig,
+}
+"""`system.name` -> the section's dataclass, for every system but N-body (`config.load.SYSTEM_CONFIGS`)."""

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -31,36 +33,54 @@ def error_vs_step_png(rollout_nrmse: Sequence[float], one_step_nrmse: float, fra
     steps = np.arange(1, len(rollout_nrmse) + 1)
     axes.semilogy(steps, rollout_nrmse, marker="o", markersize=3, label="autoregressive rollout")
     axes.axhline(one_step_nrmse, color="gray", linestyle="--", label="one step from true inputs")
-    unit = f" (x {frame_dt:.4g} time units)" if frame_dt else ""
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel(f"rollout step{unit}")
-    axes.set_ylabel("nRMSE (relative L2)")
-    axes.set_title("Test error against rollout step")
-    axes.grid(True, which="both", alpha=0.3)
+    label_rollout_axes(axes, frame_dt, "Test error against rollout step")
     axes.legend()
     return figure_to_png(figure)
 
 
+def label_rollout_axes(axes: Axes, frame_dt: float | None, title: str) -> None:
+    """Integer rollout steps (in time units when `frame_dt` is known) against nRMSE, gridded."""
+    unit = f" (x {frame_dt:.4g} time units)" if frame_dt else ""
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel(f"rollout step{unit}")
+    axes.set_ylabel("nRMSE (relative L2)")
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+
+
 def space_time_png(truth: np.ndarray, predicted: np.ndarray, title: str) -> bytes:
     """Truth, prediction and error as space-time images; arrays are (frames, x), time running upwards."""
+    extent = (0, truth.shape[1], 0.5, truth.shape[0] + 0.5)
+    return comparison_png(
+        truth, predicted, title, ("grid point", "rollout step"), dict(aspect="auto", extent=extent), True
+    )
+
+
+def comparison_png(
+    truth: np.ndarray,
+    predicted: np.ndarray,
+    title: str,
+    labels: tuple[str, str],
+    image_options: dict[str, Any],
+    share_y: bool = False,
+) -> bytes:
+    """Truth, prediction (one colour scale) and their difference (a diverging one) side by side; images
+    drawn with `imshow(image, origin="lower", **image_options)`, axes labelled `labels` (x, y)."""
     figure = Figure(figsize=(12, 3.6), layout="constrained")
-    panels = figure.subplots(1, 3, sharey=True)
+    panels = figure.subplots(1, 3, sharey=share_y)
     low, high = float(min(truth.min(), predicted.min())), float(max(truth.max(), predicted.max()))
     error = predicted - truth
     bound = float(np.abs(error).max()) or 1.0
-    extent = (0, truth.shape[1], 0.5, truth.shape[0] + 0.5)
     for axes, image, name, cmap, limits in (
         (panels[0], truth, "truth", "viridis", (low, high)),
         (panels[1], predicted, "prediction", "viridis", (low, high)),
         (panels[2], error, "prediction - truth", "RdBu_r", (-bound, bound)),
     ):
-        shown = axes.imshow(
-            image, origin="lower", aspect="auto", cmap=cmap, vmin=limits[0], vmax=limits[1], extent=extent
-        )
+        shown = axes.imshow(image, origin="lower", cmap=cmap, vmin=limits[0], vmax=limits[1], **image_options)
         axes.set_title(name)
-        axes.set_xlabel("grid point")
+        axes.set_xlabel(labels[0])
         figure.colorbar(shown, ax=axes)
-    panels[0].set_ylabel("rollout step")
+    panels[0].set_ylabel(labels[1])
     figure.suptitle(title)
     return figure_to_png(figure)
 
@@ -132,20 +152,4 @@ def spectra_png(
 
 def snapshot_png(truth: np.ndarray, predicted: np.ndarray, title: str) -> bytes:
     """Truth, prediction and error of one 2D frame, arrays (x, y) with x drawn across."""
-    figure = Figure(figsize=(12, 3.6), layout="constrained")
-    panels = figure.subplots(1, 3)
-    low, high = float(min(truth.min(), predicted.min())), float(max(truth.max(), predicted.max()))
-    error = predicted - truth
-    bound = float(np.abs(error).max()) or 1.0
-    for axes, image, name, cmap, limits in (
-        (panels[0], truth, "truth", "viridis", (low, high)),
-        (panels[1], predicted, "prediction", "viridis", (low, high)),
-        (panels[2], error, "prediction - truth", "RdBu_r", (-bound, bound)),
-    ):
-        shown = axes.imshow(image.T, origin="lower", cmap=cmap, vmin=limits[0], vmax=limits[1])
-        axes.set_title(name)
-        axes.set_xlabel("x")
-        figure.colorbar(shown, ax=axes)
-    panels[0].set_ylabel("y")
-    figure.suptitle(title)
-    return figure_to_png(figure)
+    return comparison_png(truth.T, predicted.T, title, ("x", "y"), {})

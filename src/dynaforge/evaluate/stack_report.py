@@ -27,11 +27,10 @@ import numpy as np
 import torch
 from jaxtyping import Float
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
 from dynaforge.data import Normalizer, WindowDataset, fields_to_channels_first
-from dynaforge.evaluate.plots import figure_to_png
+from dynaforge.evaluate.plots import figure_to_png, label_rollout_axes
 from dynaforge.evaluate.rollout import Predictions, Rollouts, available_rollout_frames
 from dynaforge.metrics.ensemble import spread_error_correlation
 from dynaforge.metrics.fields import nrmse_per_frame
@@ -310,12 +309,7 @@ def rollouts_png(section: dict[str, Any], frame_dt: float | None) -> bytes:
         curve = row["nrmse_per_step"]
         style = "--" if name == "student" else "-"  # the student often lies on its teacher
         axes.semilogy(range(1, len(curve) + 1), curve, style, label=variant_label(name, row))
-    unit = f" (x {frame_dt:.4g} time units)" if frame_dt else ""
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel(f"rollout step{unit}")
-    axes.set_ylabel("nRMSE (relative L2)")
-    axes.set_title("Predictor-corrector rollouts on the test split")
-    axes.grid(True, which="both", alpha=0.3)
+    label_rollout_axes(axes, frame_dt, "Predictor-corrector rollouts on the test split")
     axes.legend(fontsize="small")
     return figure_to_png(figure)
 

@@ -31,7 +31,7 @@ import json
 import logging
 import typing
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -46,10 +46,7 @@ from dynaforge.errors import RunError
 from dynaforge.models import ModelInput, ModelOutput, ModelShape, model_from_checkpoint
 from dynaforge.models.flow import FlowInput, FlowOutput
 from dynaforge.models.loading import CONTROLLER_KIND
-from dynaforge.models.step_controller import (
-    StepControllerInput,
-    StepControllerNet,
-)
+from dynaforge.models.step_controller import StepControllerInput, StepControllerNet
 from dynaforge.runs import load_checkpoint, run_folder
 from dynaforge.store import DatasetFolder
 from dynaforge.systems.nbody.control import controller_features, system_scales
@@ -184,11 +181,7 @@ def surrogate_exportable(state: dict[str, Any], data: str | Path | None) -> Expo
         return torch.randn(size, generator=generator, dtype=torch.float32)
 
     metadata = {
-        "kind": "surrogate",
-        "model": state["config"]["model"],
-        "model_shape": shape._asdict(),
-        "space": list(space),
-        "normalization": state["normalization"],
+        **field_model_metadata("surrogate", state, shape, space),
         "stride": int(state["config"]["data"]["stride"]),
         "inputs": {"frames": ["batch", "history", "channels", *(f"space{i}" for i in range(len(space)))]},
         "outputs": {
@@ -206,6 +199,19 @@ def surrogate_exportable(state: dict[str, Any], data: str | Path | None) -> Expo
         (frames,),
         metadata,
     )
+
+
+def field_model_metadata(
+    kind: str, state: dict[str, Any], shape: ModelShape, space: Sequence[int]
+) -> dict[str, Any]:
+    """What the ONNX metadata of a model on fields holds beside its inputs and outputs."""
+    return {
+        "kind": kind,
+        "model": state["config"]["model"],
+        "model_shape": shape._asdict(),
+        "space": list(space),
+        "normalization": state["normalization"],
+    }
 
 
 def follows_surrogate_contract(model_class: type[nn.Module]) -> bool:
@@ -255,11 +261,7 @@ def flow_exportable(state: dict[str, Any], data: str | Path | None) -> Exportabl
     )
     axes = [f"space{i}" for i in range(len(space))]
     metadata = {
-        "kind": "flow",
-        "model": state["config"]["model"],
-        "model_shape": shape._asdict(),
-        "space": list(space),
-        "normalization": state["normalization"],
+        **field_model_metadata("flow", state, shape, space),
         "inputs": {
             "state": ["batch", "channels", *axes],
             "time": ["batch"],

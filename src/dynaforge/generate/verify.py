@@ -23,6 +23,7 @@ import torch
 from dynaforge.config import ConfigError, resolve_device
 from dynaforge.generate.stage import system_for
 from dynaforge.machine import machine_record
+from dynaforge.seeds import Rows
 from dynaforge.store.format import DatasetError, sample_sha256
 from dynaforge.store.reader import DatasetFolder
 from dynaforge.systems.base import SampleRows
@@ -114,7 +115,7 @@ def verify_dataset(
         if samples is not None:
             chosen = sorted(int(i) for i in rng.choice(size, min(samples, size), replace=False))
         for start, stop in unit_runs(chosen, unit, max(config.dataset.batch_size, unit)):
-            rows = system.sample_rows(split, start, stop, config.dataset.seed, device)
+            rows = system.sample_rows(Rows(split, start, stop, config.dataset.seed), device)
             wanted = [i for i in chosen if start <= i < stop]
             for check in compare_rows(folder, split, start, rows, wanted, tolerance):
                 checks.append(check)

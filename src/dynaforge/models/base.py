@@ -9,7 +9,8 @@ Conventions:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import torch
 from jaxtyping import Float
@@ -83,6 +84,17 @@ def update_to_output(inputs: ModelInput, update: Tensor, residual: bool) -> Mode
     return ModelOutput(frames=update)
 
 
+def frames_prediction(
+    inputs: ModelInput, shape: ModelShape, residual: bool, network: Callable[[Tensor], Tensor]
+) -> ModelOutput:
+    """The frames-model contract around `network`, which maps stacked input frames (B, history * C, *space)
+    to a stacked update (B, horizon * C, *space): the inputs are checked, the update unstacked and, when
+    `residual`, added to the last input frame."""
+    check_input(inputs, shape)
+    update = network(frames_to_stack(inputs.frames))
+    return update_to_output(inputs, stack_to_frames(update, shape.channels), residual)
+
+
 def autoregressive_rollout(
     model: nn.Module, inputs: ModelInput, steps: int
 ) -> Float[Tensor, "batch predicted channels *space"]:
@@ -99,3 +111,10 @@ def autoregressive_rollout(
         predicted.append(output.frames)
         window = torch.cat([window, output.frames], dim=1)[:, -history:]
     return torch.cat(predicted, dim=1)
+
+
+def check_spatial_dims(shape: ModelShape, supported: Mapping[int, Any], model: str) -> None:
+    """`model` (a name for the message) is built for the spatial axis counts `supported` holds."""
+    if shape.spatial_dims not in supported:
+        counts = ", ".join(str(n) for n in sorted(supported))
+        raise ValueError(f"{model} supports {counts} spatial axes, got {shape.spatial_dims}")

@@ -22,7 +22,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.config import FlowNetConfig
-from dynaforge.models.base import ModelShape
+from dynaforge.models.base import ModelShape, check_spatial_dims
 
 CONV = {1: nn.Conv1d, 2: nn.Conv2d}
 TIME_FREQUENCIES = 8
@@ -74,8 +74,7 @@ class FlowNet(nn.Module):
 
     def __init__(self, config: FlowNetConfig, shape: ModelShape) -> None:
         super().__init__()
-        if shape.spatial_dims not in CONV:
-            raise ValueError(f"the flow network supports 1 or 2 spatial axes, got {shape.spatial_dims}")
+        check_spatial_dims(shape, CONV, "the flow network")
         self.config, self.shape = config, shape
         dims, width, channels = shape.spatial_dims, config.width, shape.channels
         conv = CONV[dims]

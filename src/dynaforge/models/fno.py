@@ -17,15 +17,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.config import FNOConfig
-from dynaforge.models.base import (
-    ModelInput,
-    ModelOutput,
-    ModelShape,
-    check_input,
-    frames_to_stack,
-    stack_to_frames,
-    update_to_output,
-)
+from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, check_spatial_dims, frames_prediction
 from dynaforge.models.spectral import SpectralConv, Transform, channels_first_to_last, channels_last_to_first
 
 
@@ -91,8 +83,7 @@ class FNO(nn.Module):
 
     def __init__(self, config: FNOConfig, shape: ModelShape) -> None:
         super().__init__()
-        if shape.spatial_dims not in POINTWISE:
-            raise ValueError(f"FNO supports 1 to 3 spatial axes, got {shape.spatial_dims}")
+        check_spatial_dims(shape, POINTWISE, "FNO")
         self.config, self.shape = config, shape
         dims = shape.spatial_dims
         modes = (config.modes,) * dims
@@ -118,9 +109,11 @@ class FNO(nn.Module):
             nn.init.zeros_(self.project[-1].bias)
 
     def forward(self, inputs: ModelInput) -> ModelOutput:
-        check_input(inputs, self.shape)
-        hidden = self.lift(channels_first_to_last(frames_to_stack(inputs.frames)))  # (B, *space, width)
+        return frames_prediction(inputs, self.shape, self.config.residual, self.network)
+
+    def network(self, stacked: Tensor) -> Tensor:
+        """Stacked frames (B, history * C, *space) -> stacked update (B, horizon * C, *space)."""
+        hidden = self.lift(channels_first_to_last(stacked))  # (B, *space, width)
         for block in self.blocks:
             hidden = block(hidden)
-        update = stack_to_frames(channels_last_to_first(self.project(hidden)), self.shape.channels)
-        return update_to_output(inputs, update, self.config.residual)
+        return channels_last_to_first(self.project(hidden))

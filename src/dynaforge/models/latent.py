@@ -29,15 +29,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.config import LatentConfig
-from dynaforge.models.base import (
-    ModelInput,
-    ModelOutput,
-    ModelShape,
-    check_input,
-    frames_to_stack,
-    stack_to_frames,
-    update_to_output,
-)
+from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, check_spatial_dims, frames_prediction
 
 CONV = {1: nn.Conv1d, 2: nn.Conv2d}
 CONV_TRANSPOSE = {1: nn.ConvTranspose1d, 2: nn.ConvTranspose2d}
@@ -165,8 +157,7 @@ class LatentOperator(nn.Module):
 
     def __init__(self, config: LatentConfig, shape: ModelShape) -> None:
         super().__init__()
-        if shape.spatial_dims not in CONV:
-            raise ValueError(f"the latent operator supports 1 or 2 spatial axes, got {shape.spatial_dims}")
+        check_spatial_dims(shape, CONV, "the latent operator")
         self.config, self.shape = config, shape
         dims, width = shape.spatial_dims, config.width
         conv = CONV[dims]
@@ -208,16 +199,15 @@ class LatentOperator(nn.Module):
             )
 
     def forward(self, inputs: ModelInput, conditions: Conditions | None = None) -> ModelOutput:
-        check_input(inputs, self.shape)
-        frames = inputs.frames
-        self.check_grid(tuple(frames.shape[3:]))
-        if conditions is None:
-            conditions = default_conditions(self.config, frames)
-        features = self.stem(frames_to_stack(frames))  # (B, stem, *space)
-        tokens, grid = self.encode(features)
-        tokens = self.advance(tokens, grid, self.embed_conditions(conditions, tokens))
-        update = self.decode(tokens, grid, features)
-        return update_to_output(inputs, stack_to_frames(update, self.shape.channels), self.config.residual)
+        def network(stacked: Tensor) -> Tensor:
+            self.check_grid(tuple(inputs.frames.shape[3:]))
+            given = default_conditions(self.config, inputs.frames) if conditions is None else conditions
+            features = self.stem(stacked)  # (B, stem, *space)
+            tokens, grid = self.encode(features)
+            tokens = self.advance(tokens, grid, self.embed_conditions(given, tokens))
+            return self.decode(tokens, grid, features)
+
+        return frames_prediction(inputs, self.shape, self.config.residual, network)
 
     def embed_conditions(self, conditions: Conditions, like: Tensor) -> Float[Tensor, "batch width"]:
         log_dt = torch.log(conditions.dt.to(like.dtype))[:, None]

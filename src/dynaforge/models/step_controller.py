@@ -24,12 +24,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from dynaforge.systems.nbody.control import (
-    FEATURE_NAMES,
-    ControlContext,
-    controller_features,
-    system_scales,
-)
+from dynaforge.systems.nbody.control import FEATURE_NAMES, ControlContext, controller_features, system_scales
 from dynaforge.systems.nbody.physics import BodyParams, BodyState, Gravity
 
 LOG_STEP_LIMIT = 30.0

@@ -14,15 +14,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.config import UNetConfig
-from dynaforge.models.base import (
-    ModelInput,
-    ModelOutput,
-    ModelShape,
-    check_input,
-    frames_to_stack,
-    stack_to_frames,
-    update_to_output,
-)
+from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, check_spatial_dims, frames_prediction
 
 CONVOLUTIONS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 """The convolution per number of spatial axes."""
@@ -62,8 +54,7 @@ class UNet(nn.Module):
 
     def __init__(self, config: UNetConfig, shape: ModelShape) -> None:
         super().__init__()
-        if shape.spatial_dims not in CONVOLUTIONS:
-            raise ValueError(f"the U-Net supports 1 to 3 spatial axes, got {shape.spatial_dims}")
+        check_spatial_dims(shape, CONVOLUTIONS, "the U-Net")
         self.config, self.shape = config, shape
         dims = shape.spatial_dims
         widths = [config.channels * 2**level for level in range(config.levels)]
@@ -81,15 +72,16 @@ class UNet(nn.Module):
             nn.init.zeros_(self.output.bias)
 
     def forward(self, inputs: ModelInput) -> ModelOutput:
-        check_input(inputs, self.shape)
+        return frames_prediction(inputs, self.shape, self.config.residual, self.network)
+
+    def network(self, hidden: Tensor) -> Tensor:
+        """Stacked frames (B, history * C, *space) -> stacked update (B, horizon * C, *space)."""
         dims = self.shape.spatial_dims
-        size = min(inputs.frames.shape[-dims:])
-        if size < 2 ** (self.config.levels - 1):
+        if min(hidden.shape[-dims:]) < 2 ** (self.config.levels - 1):
             raise ValueError(
                 f"a U-Net with {self.config.levels} levels needs >= {2 ** (self.config.levels - 1)} grid "
-                f"points per axis, got {tuple(inputs.frames.shape[-dims:])}; lower model.levels"
+                f"points per axis, got {tuple(hidden.shape[-dims:])}; lower model.levels"
             )
-        hidden = frames_to_stack(inputs.frames)
         skips = []
         for level, encoder in enumerate(self.encoders):
             if level > 0:
@@ -101,5 +93,4 @@ class UNet(nn.Module):
                 hidden, size=skip.shape[-dims:], mode=UPSAMPLING[dims], align_corners=False
             )
             hidden = decoder(torch.cat([hidden, skip], dim=1))
-        update = stack_to_frames(self.output(hidden), self.shape.channels)
-        return update_to_output(inputs, update, self.config.residual)
+        return self.output(hidden)

@@ -33,7 +33,7 @@ from dynaforge.config import (
 )
 from dynaforge.floating import flush_denormals
 from dynaforge.machine import machine_record
-from dynaforge.seeds import sample_seed
+from dynaforge.seeds import Rows, sample_seed
 from dynaforge.store.format import (
     CONFIG,
     FORMAT_VERSION,
@@ -150,9 +150,8 @@ def write_shard(
             h5.attrs.update(system.shard_attributes(shard.split, split_size, config.dataset.seed))
             for lo, hi in batches(shard.size, config.dataset.batch_size):
                 with flush_denormals():  # subnormals cost ~100x (decaying fields); restored after each batch
-                    rows = system.sample_rows(
-                        shard.split, shard.start + lo, shard.start + hi, config.dataset.seed, device, on_steps
-                    )
+                    wanted = Rows(shard.split, shard.start + lo, shard.start + hi, config.dataset.seed)
+                    rows = system.sample_rows(wanted, device, on_steps)
                 fields[lo:hi] = rows.fields
                 params[lo:hi] = rows.params
                 write_extras(h5, rows.extras, lo, hi, shard.size)

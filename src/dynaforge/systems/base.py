@@ -16,7 +16,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from dynaforge.seeds import sample_rng, sample_seed
+from dynaforge.seeds import Rows, sample_rng
 
 AXIS_NAMES = ("x", "y", "z")
 
@@ -72,13 +72,7 @@ class System(Protocol):
     """Samples that are generated together (random CNN: the realizations of one operator; else 1)."""
 
     def sample_rows(
-        self,
-        split: str,
-        start: int,
-        stop: int,
-        base_seed: int,
-        device: torch.device,
-        on_steps: Callable[[int], Any] | None = None,
+        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
     ) -> SampleRows: ...
 
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]: ...
@@ -104,17 +98,13 @@ def channels_first_to_last(fields: Tensor) -> Tensor:
 def rows_from_seeds(
     draw: Callable[[Sequence[np.random.Generator]], InitialStates],
     rollout: Callable[..., Trajectories],
-    split: str,
-    start: int,
-    stop: int,
-    base_seed: int,
+    rows: Rows,
     device: torch.device,
     on_steps: Callable[[int], Any] | None = None,
 ) -> SampleRows:
-    """Rows [start, stop) of `split` for a system that draws each sample from its seed and rolls a batch out:
-    the drawing and the rollout of `SpectralSystem` and `NBody`."""
-    seeds = [sample_seed(base_seed, split, i) for i in range(start, stop)]
-    drawn = draw([sample_rng(seed) for seed in seeds])
+    """`rows` for a system that draws each sample from its seed and rolls a batch out: the drawing and the
+    rollout of `SpectralSystem` and `NBody`."""
+    drawn = draw([sample_rng(seed) for seed in rows.seeds()])
     result = rollout(drawn.initial.to(device), drawn.params.to(device), on_step=on_steps)
     fields = channels_first_to_last(result.fields).cpu().numpy().astype(np.float32)
     return SampleRows(fields, drawn.params.numpy(), result.time.numpy(), {})

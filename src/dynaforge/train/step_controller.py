@@ -180,11 +180,11 @@ class ControllerTask:
         """One window of the group's stream, or one whole run of the batch's start states."""
         if self.t.loss == "run":
             result = self.whole_run(model, self.group, batch[0])
-            return StepLoss(result.loss, result.loss, run_details(result))
+            return StepLoss(result.loss, result.loss, loss_details(result))
         stream = self.streams[self.group]
         run, window = self.window(model, stream.params, stream.run)
         self.streams[self.group] = stream._replace(run=detach_run(run), windows=stream.windows + 1)
-        return StepLoss(window.loss, window.loss, window_details(window))
+        return StepLoss(window.loss, window.loss, loss_details(window))
 
     def window(self, model: nn.Module, params: BodyParams, run: RunState) -> tuple[RunState, WindowLoss]:
         t = self.t
@@ -297,25 +297,9 @@ class ControllerTask:
             self.streams[group] = Stream(index, params, run, int(flat[f"{group}.windows"]))
 
 
-def run_details(result: RunLoss) -> dict[str, Tensor]:
-    return {
-        "cost": result.cost,
-        "penalty_high": result.penalty_high,
-        "penalty_low": result.penalty_low,
-        "steps_per_time": result.steps_per_time,
-        "max_error": result.max_error,
-    }
-
-
-def window_details(result: WindowLoss) -> dict[str, Tensor]:
-    return {
-        "penalty_high": result.penalty_high,
-        "penalty_low": result.penalty_low,
-        "shape_cost": result.shape_cost,
-        "mean_log_step": result.mean_log_step,
-        "fraction_above": result.fraction_above,
-        "max_error": result.max_error,
-    }
+def loss_details(result: RunLoss | WindowLoss) -> dict[str, Tensor]:
+    """The detached terms and measures of a controller loss, by name (all its fields but the loss)."""
+    return {name: value for name, value in result._asdict().items() if name != "loss"}
 
 
 def controller_engine(

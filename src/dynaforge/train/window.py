@@ -207,14 +207,7 @@ def window_engine(
     )
 
 
-def train(
-    config: Config,
-    data: str | Path,
-    out: str | Path,
-    progress: bool | None = None,
-    overwrite: bool = False,
-    resume: bool = False,
-    profile_steps: int = 0,
-) -> TrainSummary:
-    """Train `config` on dataset folder `data` into run folder `out` (see `WindowTask`, `Engine`)."""
-    return window_engine(config, data, out, progress, overwrite, resume, profile_steps).fit()
+def train(config: Config, data: str | Path, out: str | Path, **options: Any) -> TrainSummary:
+    """Train `config` on dataset folder `data` into run folder `out` (see `WindowTask`, `Engine`); `options`
+    are `window_engine`'s (progress, overwrite, resume, profile_steps)."""
+    return window_engine(config, data, out, **options).fit()

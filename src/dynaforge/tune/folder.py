@@ -13,30 +13,24 @@ import optuna
 
 
 class StudyFolder(NamedTuple):
+    """The paths of a study folder (see the module docstring); `study_folder(root)` makes one."""
+
     root: Path
-
-    @property
-    def database(self) -> Path:
-        return self.root / "study.db"
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def best(self) -> Path:
-        return self.root / "best"
-
-    @property
-    def plots(self) -> Path:
-        return self.root / "plots"
+    database: Path
+    config: Path
+    data: Path
+    best: Path
+    plots: Path
 
     def trial(self, number: int) -> Path:
         return self.root / "trials" / f"{number:04d}"
+
+
+def study_folder(path: str | Path) -> StudyFolder:
+    root = Path(path)
+    return StudyFolder(
+        root, root / "study.db", root / "config.yaml", root / "data", root / "best", root / "plots"
+    )
 
 
 @contextmanager

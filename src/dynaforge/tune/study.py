@@ -38,7 +38,7 @@ from dynaforge.errors import RunError
 from dynaforge.generate import generate
 from dynaforge.pipeline import dataset_is_complete
 from dynaforge.runs import check_same_run
-from dynaforge.tune.folder import StudyFolder, optuna_warnings_quiet
+from dynaforge.tune.folder import StudyFolder, optuna_warnings_quiet, study_folder
 from dynaforge.tune.report import write_outputs
 from dynaforge.tune.space import DATA_SECTIONS, check_space, config_with_values, suggest
 from dynaforge.tune.trials import (
@@ -79,7 +79,7 @@ def run_study(
     """Run trials of `config` until study `study_name` holds `trials` finished trials; write the outputs."""
     if trials < 1:
         raise ConfigError(f"--trials must be >= 1, got {trials}")
-    folder = StudyFolder(Path(out))
+    folder = study_folder(out)
     check_space(config, () if is_controller(config) else DATA_SECTIONS)
     check_objectives(config.tune.objectives, known_metrics(config, is_controller(config)))
     with study_lock(folder):

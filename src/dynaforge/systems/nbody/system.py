@@ -15,6 +15,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import NBodyConfig
+from dynaforge.seeds import Rows
 from dynaforge.systems.base import InitialStates, SampleRows, Trajectories, rows_from_seeds
 from dynaforge.systems.batching import LANES, block_samples, pad_rows, sample_blocks
 from dynaforge.systems.nbody.control import StepController, build_controller, rollout_to_times
@@ -97,18 +98,10 @@ class NBody:
         return BodyParams(masses, column["softening"], external, position, bool((external > 0).any()))
 
     def sample_rows(
-        self,
-        split: str,
-        start: int,
-        stop: int,
-        base_seed: int,
-        device: torch.device,
-        on_steps: Callable[[int], Any] | None = None,
+        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
     ) -> SampleRows:
-        """Samples [start, stop) of `split`, each drawn from its own seed, rolled out together."""
-        return rows_from_seeds(
-            self.draw_samples, self.rollout, split, start, stop, base_seed, device, on_steps
-        )
+        """`rows`, each drawn from its own seed, rolled out together."""
+        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
 
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
         return {}

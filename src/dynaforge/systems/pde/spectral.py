@@ -28,6 +28,7 @@ from jaxtyping import Complex, Float, Inexact
 from torch import Tensor
 
 from dynaforge.config import InitialConfig, Range, SystemConfig
+from dynaforge.seeds import Rows
 from dynaforge.systems.base import (
     InitialStates,
     SampleRows,
@@ -178,18 +179,10 @@ class SpectralSystem:
         return ("x", "y", "z")[: self.ndim]
 
     def sample_rows(
-        self,
-        split: str,
-        start: int,
-        stop: int,
-        base_seed: int,
-        device: torch.device,
-        on_steps: Callable[[int], Any] | None = None,
+        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
     ) -> SampleRows:
-        """Samples [start, stop) of `split`, each drawn from its own seed, rolled out together."""
-        return rows_from_seeds(
-            self.draw_samples, self.rollout, split, start, stop, base_seed, device, on_steps
-        )
+        """`rows`, each drawn from its own seed, rolled out together."""
+        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
 
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """The grid x_j = j L / n of every axis, per sample (L: the sample's `domain_length`)."""

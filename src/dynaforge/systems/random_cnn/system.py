@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from dynaforge.config import ConfigError, InitialConfig, RandomCNNConfig
-from dynaforge.seeds import SPLIT_IDS, sample_seed
+from dynaforge.seeds import SPLIT_IDS, Rows, sample_seed
 from dynaforge.systems.base import SampleRows, default_channel_names, grid_coordinates
 from dynaforge.systems.pde.spectral import draw_initial_field
 from dynaforge.systems.random_cnn.features import feature_names, trajectory_features
@@ -112,15 +112,10 @@ class RandomCNNSystem:
         return batch, points, values, np.asarray(seeds, dtype=np.uint64), np.asarray(families, dtype=np.int64)
 
     def sample_rows(
-        self,
-        split: str,
-        start: int,
-        stop: int,
-        base_seed: int,
-        device: torch.device,
-        on_steps: Callable[[int], Any] | None = None,
+        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
     ) -> SampleRows:
-        """Rows [start, stop) of a split (whole operators: both ends multiples of `realizations`)."""
+        """`rows` of a split (whole operators: both ends multiples of `realizations`)."""
+        split, start, stop, base_seed = rows
         m = self.config.realizations
         if start % m or stop % m:
             raise ConfigError(
@@ -129,7 +124,7 @@ class RandomCNNSystem:
             )
         batch, points, values, seeds, families = self.build_operators(split, start // m, stop // m, base_seed)
         frames = generate_operators(batch, self.config, device, on_steps)  # (K, M, T, C, X, Y)
-        rows = frames.flatten(0, 1)  # operator-major rows
+        stacked = frames.flatten(0, 1)  # operator-major rows
         extras = {
             "operator": np.repeat(np.arange(start // m, stop // m, dtype=np.int64), m),
             "realization": np.tile(np.arange(m, dtype=np.int64), stop // m - start // m),
@@ -146,7 +141,7 @@ class RandomCNNSystem:
             extras["features"] = torch.cat(per_operator).numpy().astype(np.float32)
         params = np.concatenate([values, np.ones((len(values), 1))], axis=1)  # domain_length = 1
         time = np.arange(self.config.n_frames, dtype=np.float64) * self.config.dt * self.config.save_every
-        fields = torch.movedim(rows, 2, -1).numpy()
+        fields = torch.movedim(stacked, 2, -1).numpy()
         return SampleRows(fields, np.repeat(params, m, axis=0), time, extras)
 
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
