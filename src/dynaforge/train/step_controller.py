@@ -134,12 +134,14 @@ class ControllerTask:
         return steps * self.context.settings.accumulate
 
     def epoch_batches(self, epoch: int, skip: int) -> Iterator[tuple[Tensor, ...]]:
-        """The start states of each micro-batch of `epoch` after the first `skip`: the groups take turns;
-        a stream restarts (new start states drawn) when its episode is over. Lazy on purpose: draws follow
-        the steps taken, so a checkpoint's generator state is that of its step."""
-        first = epoch * self.t.eval_every * self.context.settings.accumulate
+        """The start states of each micro-batch of `epoch` after the first `skip`: the groups take turns by
+        optimiser step (the micro-batches of one step share a group); a stream restarts (new start states
+        drawn) when its episode is over. Lazy on purpose: draws follow the steps taken, so a checkpoint's
+        generator state is that of its step."""
+        accumulate = self.context.settings.accumulate
+        first = epoch * self.t.eval_every * accumulate
         for micro in range(first + skip, first + self.micro_batches(epoch)):
-            self.group = self.groups[micro % len(self.groups)]
+            self.group = self.groups[(micro // accumulate) % len(self.groups)]
             yield (self.starts(self.group),)
 
     def starts(self, group: str) -> Tensor:

@@ -263,10 +263,6 @@ def check_supported(config: Config) -> None:
     problems = []
     if train.precision != "fp32":
         problems.append(f"train.precision={train.precision} (set fp32; twophase.dtype picks the precision)")
-    if train.accumulate != 1:
-        problems.append(f"train.accumulate={train.accumulate} (set 1; raise twophase.batch instead)")
-    if train.ema.decay > 0:
-        problems.append(f"train.ema.decay={train.ema.decay} (set 0)")
     if train.loss != "mse":
         problems.append(f"train.loss={train.loss} (set mse: the nudging force is that of 1/2 |y - t|^2)")
     if problems:
