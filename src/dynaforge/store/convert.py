@@ -32,6 +32,7 @@ from dynaforge.store.format import (
     ShardSpec,
     file_sha256,
     plan_shards,
+    shard_record,
 )
 from dynaforge.store.interop import DEFAULT_FRACTIONS, ForeignDataset
 from dynaforge.store.stats import ChannelMoments
@@ -139,15 +140,6 @@ def write_shard(
             h5.create_dataset("time", data=arrays.time)
             for axis, coords in arrays.coords.items():
                 h5.create_dataset(axis, data=coords)
-        record = {
-            "file": shard.file,
-            "split": shard.split,
-            "index": shard.index,
-            "start": shard.start,
-            "stop": shard.stop,
-            "bytes": tmp.stat().st_size,
-            "sha256": file_sha256(tmp),
-            "moments": ChannelMoments.of(fields).to_dict(),
-        }
+        record = shard_record(shard, tmp, ChannelMoments.of(fields).to_dict())
     atomic_write_json(root / shard.record, record)
     return record

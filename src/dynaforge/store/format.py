@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -93,3 +93,18 @@ class SplitArrays(NamedTuple):
     seeds: np.ndarray  # (N,) uint64
     time: np.ndarray  # (T,) float64
     coords: dict[str, np.ndarray]  # axis name -> (N, n)
+
+
+def shard_record(shard: ShardSpec, written: Path, moments: dict[str, Any]) -> dict[str, Any]:
+    """What every shard's JSON record holds (docs/format.md): where the shard sits in its split, the size and
+    SHA-256 of the file `written`, and its channel moments; writers add their own keys."""
+    return {
+        "file": shard.file,
+        "split": shard.split,
+        "index": shard.index,
+        "start": shard.start,
+        "stop": shard.stop,
+        "bytes": written.stat().st_size,
+        "sha256": file_sha256(written),
+        "moments": moments,
+    }

@@ -43,6 +43,7 @@ from dynaforge.store.format import (
     file_sha256,
     plan_shards,
     sample_sha256,
+    shard_record,
 )
 from dynaforge.store.stats import ChannelMoments, SampleMoments
 from dynaforge.systems.base import System
@@ -159,23 +160,15 @@ def write_shard(
                 hashes += [sample_sha256(f, p) for f, p in zip(rows.fields, rows.params, strict=True)]
             write_coordinates(h5, system, params[...])
             h5.create_dataset("time", data=rows.time)
-        sha256 = file_sha256(tmp)
-        size = tmp.stat().st_size
-    merged = moments.merged()
+        merged = moments.merged()
+        written = shard_record(shard, tmp, merged.to_dict())
     if not np.isfinite(merged.mean).all():
         log.warning(
             "shard %s holds non-finite values: the solver diverged (reduce dt or raise resolution)",
             shard.file,
         )
     record = {
-        "file": shard.file,
-        "split": shard.split,
-        "index": shard.index,
-        "start": shard.start,
-        "stop": shard.stop,
-        "bytes": size,
-        "sha256": sha256,
-        "moments": merged.to_dict(),
+        **written,
         "sample_moments": moments.to_dict(),
         "sample_sha256": hashes,
         "device": str(device),
