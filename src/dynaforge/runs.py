@@ -36,6 +36,8 @@ also strips them from files written by other tools.
 
 from __future__ import annotations
 
+import pickle
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -142,17 +144,35 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
         torch.save(state, tmp)
 
 
+class CheckpointError(RunError):
+    """A checkpoint file that cannot be used: damaged, unsafe, or not dynaforge's."""
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """A checkpoint's plain data, loaded safely (weights_only: no arbitrary code runs)."""
+    """A checkpoint's plain data, loaded safely (weights_only: no arbitrary code runs); a file that cannot
+    be read is a `CheckpointError` naming it."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
             f"checkpoint {path} does not exist; train first with `dynaforge train CONFIG --data DIR --out RUN`"
         )
-    state = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        if "Weights only load failed" not in str(error):
+            raise CheckpointError(f"{path} is damaged ({first_line(error)}); {REWRITE}") from None
+        raise CheckpointError(
+            f"{path} holds Python objects beyond tensors and plain data: refused for safety, nothing in it "
+            "was run; use a checkpoint written by dynaforge"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as error:
+        raise CheckpointError(
+            f"{path} cannot be read: truncated or corrupt ({first_line(error) or type(error).__name__}); "
+            f"{REWRITE}"
+        ) from None
     version = state.get("format_version") if isinstance(state, dict) else None
     if version != CHECKPOINT_VERSION:
-        raise ValueError(
+        raise CheckpointError(
             f"{path} is not a dynaforge checkpoint of version {CHECKPOINT_VERSION} (got {version})"
         )
     for key in MODEL_KEYS:
@@ -161,6 +181,17 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if isinstance(state.get("ema"), Mapping) and "module" in state["ema"]:
         state["ema"]["module"] = strip_wrapper_prefixes(state["ema"]["module"])
     return state
+
+
+REWRITE = (
+    "use the run's other checkpoint (`--checkpoint last` or `best`), continue training with --resume, or "
+    "train again"
+)
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message, without torch's advice that follows it."""
+    return str(error).strip().split("\n", 1)[0].split(". ", 1)[0]
 
 
 def strip_wrapper_prefixes(state_dict: Mapping[str, Any]) -> dict[str, Any]:

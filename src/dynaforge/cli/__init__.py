@@ -6,8 +6,10 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
+from dynaforge import __version__
 from dynaforge.cli.commands import (
     run_convert,
     run_evaluate,
@@ -51,6 +53,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Expected failures (a bad config, a bad dataset) get one clear line, not a traceback.
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            f"error: interrupted (Ctrl-C) during `dynaforge {args.verb}`; what it had written whole is kept: "
+            "rerun the same command (with --resume for training) to continue",
+            file=sys.stderr,
+        )
+        return 2
+    except Exception:
+        # Anything else is a bug: the traceback, and a line that says so.
+        traceback.print_exc()
+        print(
+            f"error: an unexpected failure inside dynaforge {__version__} (a bug): please report it with the "
+            "command and the traceback above",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:

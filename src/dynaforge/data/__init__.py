@@ -1,5 +1,12 @@
 """Datasets of training windows from a store folder, normalisation statistics, loaders."""
 
+from dynaforge.data.identity import (
+    DataIdentity,
+    check_config_matches_data,
+    check_same_data,
+    data_fingerprint,
+    data_identity,
+)
 from dynaforge.data.loader import make_loader, safe_start_method
 from dynaforge.data.normalize import Normalizer
 from dynaforge.data.windows import (
@@ -11,10 +18,15 @@ from dynaforge.data.windows import (
 )
 
 __all__ = [
+    "DataIdentity",
     "Normalizer",
     "Window",
     "WindowDataset",
     "channels_first_to_last",
+    "check_config_matches_data",
+    "check_same_data",
+    "data_fingerprint",
+    "data_identity",
     "fields_to_channels_first",
     "make_loader",
     "safe_start_method",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -34,7 +35,7 @@ from dynaforge.config import (
     load_config,
     resolve_device,
 )
-from dynaforge.data import Normalizer
+from dynaforge.data import DataIdentity, Normalizer, check_same_data, data_fingerprint
 from dynaforge.errors import RunError
 from dynaforge.evaluate.plots import (
     error_vs_step_png,
@@ -93,6 +94,8 @@ def evaluate(
     normalizer = Normalizer.from_stats(checkpoint["normalization"])
     trained = config_from_dict(checkpoint["config"])
     dataset = DatasetFolder(dataset_root(checkpoint, data))
+    if "data_identity" in checkpoint:  # runs trained before it was recorded: check_compatible only
+        check_same_data(DataIdentity.from_dict(checkpoint["data_identity"]), dataset, str(folder.root))
     test = dataset.read_split("test")
     check_compatible(test.fields, shape, dataset.root)
     stride, batch_size = trained.data.stride, trained.data.batch_size
@@ -158,7 +161,8 @@ def evaluate(
     }
     if stack is not None:
         metrics["latent_stack"] = on_one_thread(lambda: stack_metrics(stack, rolled, test, dataset, trained))
-    report = write_outputs(folder, metrics, rolled, config, trained, model_folder)
+    out = evaluation_folder(folder, checkpoint, dataset)
+    report = write_outputs(folder, metrics, rolled, config, trained, model_folder, out)
     log.info(
         "test one-step nRMSE %.3e, rollout nRMSE at step %d %.3e; report: %s",
         metrics["one_step_nrmse"],
@@ -215,6 +219,20 @@ def dataset_root(checkpoint: dict[str, Any], data: str | Path | None) -> Path:
     return recorded
 
 
+def evaluation_folder(folder: RunFolder, checkpoint: dict[str, Any], dataset: DatasetFolder) -> Path:
+    """RUN/eval for the data the run was trained on (the same shards, wherever they lie now; the same path
+    for runs that predate the fingerprint); RUN/eval-NAME for other data (NAME: the data's folder or file
+    name), so that evaluating elsewhere never replaces the run's own evaluation."""
+    if "data_fingerprint" in checkpoint:
+        own = checkpoint["data_fingerprint"] == data_fingerprint(dataset)
+    else:
+        own = Path(checkpoint.get("data", "")).resolve() == dataset.root.resolve()
+    if own:
+        return folder.eval
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", dataset.root.resolve().name) or "data"
+    return folder.root / f"eval-{name}"
+
+
 def check_compatible(fields: np.ndarray, shape: ModelShape, root: Path) -> None:
     channels, spatial_dims = fields.shape[-1], fields.ndim - 3
     if channels != shape.channels or spatial_dims != shape.spatial_dims:
@@ -257,10 +275,12 @@ def write_outputs(
     config: EvaluateConfig,
     trained: Config,
     model_folder: RunFolder | None = None,
+    out: Path | None = None,
 ) -> Path:
-    """metrics.json, the PNG figures beside it, and report.html (figures embedded), all atomically.
-    `model_folder`: where the model's training log is (a stack's operator stage; default `folder`)."""
-    out = folder.eval
+    """metrics.json, the PNG figures beside it, and report.html (figures embedded), all atomically, in `out`
+    (default RUN/eval). `model_folder`: where the model's training log is (a stack's operator stage;
+    default `folder`)."""
+    out = out or folder.eval
     out.mkdir(parents=True, exist_ok=True)
     figures = report_figures(metrics, rolled, config)
     if "latent_stack" in metrics:

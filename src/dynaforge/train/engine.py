@@ -34,12 +34,7 @@ from dynaforge.config import (
     resolve_device,
 )
 from dynaforge.errors import RunError
-from dynaforge.runs import (
-    CHECKPOINT_VERSION,
-    load_checkpoint,
-    run_folder,
-    save_checkpoint,
-)
+from dynaforge.runs import CHECKPOINT_VERSION, run_folder, save_checkpoint
 from dynaforge.train.capture import StepGraph, compiled_or_eager, release_memory_if_short
 from dynaforge.train.checkpoint import (
     Trained,
@@ -65,10 +60,12 @@ from dynaforge.train.precision import Precision
 from dynaforge.train.profile import StepProfiler
 from dynaforge.train.schedule import build_scheduler
 from dynaforge.train.setup import (
+    StopRequest,
     check_determinism_environment,
     checkpoint_to_resume,
     cuda_graph_possible,
     determinism,
+    resume_state,
     seed_everything,
     start_run_folder,
     warn_if_threads_changed,
@@ -173,6 +170,7 @@ class Engine:
             else None
         )
         self.records = RunLog(self.run.metrics, self.cluster.main)
+        self.stop = StopRequest()
         self.meter = WindowMeter(self.device)
         self.profiler: StepProfiler | None = None
         self.bar: tqdm | None = None
@@ -213,6 +211,8 @@ class Engine:
                 self.schedule_epoch(self.val_loss)
                 self.log_epoch(epoch, time.perf_counter() - epoch_started)
                 self.save_checkpoints(epochs_done=epoch + 1)
+                if epoch + 1 < self.epoch_count:
+                    self.stop.stop_if_asked(self.run.last, self.step)
         return TrainSummary(
             run=self.run.root,
             epochs=self.epoch_count,
@@ -368,9 +368,13 @@ class Engine:
 
     @contextlib.contextmanager
     def run_settings(self) -> Iterator[None]:
-        """The run's determinism flags (`determinism`); the profiler, W&B and process group closed at the end."""
+        """Determinism flags and Ctrl-C handling (`StopRequest`) for the run; profiler, W&B, process group
+        closed at the end."""
         try:
-            with determinism(self.settings.deterministic, self.device):
+            with (
+                determinism(self.settings.deterministic, self.device),
+                self.stop.listening(not self.cluster.distributed),
+            ):
                 yield
         finally:
             if self.profiler is not None:
@@ -381,7 +385,8 @@ class Engine:
     def begin(self) -> None:
         """Start a fresh run or restore the last checkpoint; compile; open the loggers and the profiler."""
         if self.resume_from is not None:
-            self.restore(load_checkpoint(self.resume_from, map_location=self.device))
+            self.resume_from, state = resume_state(self.run, self.resume_from, self.device)
+            self.restore(state)
             self.report_finished_epochs()
         elif self.cluster.main:
             self.prepare_run_folder()
@@ -460,13 +465,7 @@ class Engine:
             shutil.rmtree(self.run.eval, ignore_errors=True)  # made from weights training moves on from
         where = {"step": self.step, "epoch": self.epoch + 1, "batch": self.batches_done}
         self.records.resume(self.step, {"kind": "resume", **where, "world_size": self.cluster.world_size})
-        log.info(
-            "resuming %s at epoch %d, micro-batch %d, step %d",
-            self.run.root,
-            self.epoch + 1,
-            self.batches_done,
-            self.step,
-        )
+        log.info("resuming %s from %s at %s", self.run.root, self.resume_from.name, where)
 
     def report_finished_epochs(self) -> None:
         """Callbacks also hear of the epochs a resumed run had finished (a killed run may not have told them)."""
@@ -525,10 +524,13 @@ class Engine:
         )
 
     def save_progress_if_due(self, epoch: int) -> None:
-        """A mid-epoch last.pt every `checkpoint_every` steps (the epoch's end writes its own)."""
+        """A mid-epoch last.pt every `checkpoint_every` steps (the epoch's end writes its own), and when
+        Ctrl-C asked to stop (`StopRequest`), which training then does."""
         every = self.settings.checkpoint_every
-        if every and self.step % every == 0 and self.batches_done < self.task.micro_batches(epoch):
-            self.save_checkpoints(epochs_done=epoch)
+        if self.batches_done < self.task.micro_batches(epoch):
+            if self.stop.asked or (every and self.step % every == 0):
+                self.save_checkpoints(epochs_done=epoch)
+            self.stop.stop_if_asked(self.run.last, self.step)
 
     def save_checkpoints(self, epochs_done: int) -> None:
         """At an epoch's end: best.pt when the validation loss improved, then last.pt (so a complete last.pt

@@ -10,15 +10,19 @@ import logging
 import os
 import random
 import shutil
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+from dynaforge.atomic import atomic_path
 from dynaforge.config import Config, ConfigError, TrainConfig, config_to_dict, load_config, save_config
 from dynaforge.errors import RunError
-from dynaforge.runs import RunFolder, check_same_run, holds_run
+from dynaforge.runs import CheckpointError, RunFolder, check_same_run, holds_run, load_checkpoint
 from dynaforge.train.task import Task
 
 log = logging.getLogger(__name__)
@@ -42,6 +46,78 @@ def checkpoint_to_resume(run: RunFolder, config: Config, resume: bool, overwrite
             "delete this one"
         )
     return None
+
+
+def resume_state(run: RunFolder, path: Path, device: torch.device) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint to continue from and its state: `path` (last.pt), or best.pt when last.pt cannot be
+    read (copied over it; the epochs after best.pt's are then trained again, and the log says so)."""
+    try:
+        return path, load_checkpoint(path, map_location=device)
+    except CheckpointError as error:
+        if path != run.last or not run.best.exists():
+            raise
+        try:
+            state = load_checkpoint(run.best, map_location=device)
+        except CheckpointError as second:
+            raise CheckpointError(
+                f"neither checkpoint of {run.root} can be read ({error}; {second}); train again into a new "
+                "--out folder"
+            ) from None
+        # The damaged file is kept aside; last.pt becomes the newest readable state.
+        path.replace(path.with_name(path.name + ".damaged"))
+        with atomic_path(path) as tmp:
+            shutil.copyfile(run.best, tmp)
+        log.warning(
+            "%s\nresuming from %s instead (epoch %d, step %d): the training after it is done again; the "
+            "damaged file is kept as %s.damaged",
+            error,
+            run.best,
+            state.get("epoch", 0),
+            state.get("step", 0),
+            path.name,
+        )
+        return path, state
+
+
+class TrainingInterrupted(RunError):
+    """Training stopped by Ctrl-C at a safe point, its state saved in last.pt."""
+
+
+class StopRequest:
+    """Ctrl-C (SIGINT) during training: the first asks the engine to stop after the current optimiser step
+    (it writes last.pt and raises `TrainingInterrupted`, which says how to continue); a second stops at
+    once (KeyboardInterrupt). Only in the main thread of a single process: ranks of a distributed run
+    could see the signal at different steps and would wait on each other."""
+
+    def __init__(self) -> None:
+        self.asked = False
+
+    @contextlib.contextmanager
+    def listening(self, enabled: bool) -> Iterator[None]:
+        if not enabled or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+
+        def ask(signum: int, frame: Any) -> None:
+            self.asked = True
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            log.warning(
+                "Ctrl-C: stopping after this step and saving a checkpoint (Ctrl-C again: stop at once)"
+            )
+
+        signal.signal(signal.SIGINT, ask)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def stop_if_asked(self, checkpoint: Path, step: int) -> None:
+        if self.asked:
+            raise TrainingInterrupted(
+                f"interrupted at step {step}; {checkpoint} holds the run: continue it with the same command "
+                "and --resume"
+            )
 
 
 def start_run_folder(run: RunFolder, config: Config) -> None:

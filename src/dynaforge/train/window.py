@@ -23,7 +23,15 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset, default_collate
 
 from dynaforge.config import Config
-from dynaforge.data import Normalizer, Window, WindowDataset, make_loader
+from dynaforge.data import (
+    Normalizer,
+    Window,
+    WindowDataset,
+    check_config_matches_data,
+    data_fingerprint,
+    data_identity,
+    make_loader,
+)
 from dynaforge.errors import RunError
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout, build_model
 from dynaforge.store import DatasetFolder
@@ -51,6 +59,9 @@ class WindowTask:
     def setup(self, context: EngineContext) -> None:
         self.context = context
         dataset = DatasetFolder(self.data_root)
+        check_config_matches_data(self.config, dataset)
+        self.identity = data_identity(dataset)
+        self.fingerprint = data_fingerprint(dataset)
         self.normalizer = Normalizer.from_stats(dataset.stats)
         self.train_set = self.split_windows(dataset, "train")
         self.val_set = self.split_windows(dataset, "val")
@@ -180,6 +191,8 @@ class WindowTask:
             "model_shape": self.shape._asdict(),
             "normalization": self.normalizer.to_dict(),
             "data": str(self.data_root),
+            "data_identity": self.identity.to_dict(),
+            "data_fingerprint": self.fingerprint,
         }
 
     def restore(self, state: dict[str, Any]) -> None:

@@ -1,0 +1,83 @@
+"""What a dataset is, for the checks that a run and its data belong together: the system, the grid and the
+channels. Training refuses a config whose system differs from the one that generated the data; evaluation
+refuses data other than the kind the run was trained on (`check_same_data`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, NamedTuple
+
+from dynaforge.config import Config, ConfigError
+from dynaforge.errors import RunError
+from dynaforge.store import DatasetFolder
+
+SHAPE_KEYS = ("name", "ndim", "resolution", "channels", "bodies")
+"""`system` keys that decide what a generated dataset holds (its kind, grid and channels); the others
+(parameter ranges, dt, steps, ...) may differ between a run's config and its data."""
+
+
+class DataIdentity(NamedTuple):
+    system: str
+    space: tuple[int, ...]
+    """Grid points along each spatial axis (the bodies for N-body data)."""
+    channels: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"system": self.system, "space": list(self.space), "channels": self.channels}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> DataIdentity:
+        return cls(str(record["system"]), tuple(int(n) for n in record["space"]), int(record["channels"]))
+
+
+def data_identity(dataset: DatasetFolder) -> DataIdentity:
+    shape = dataset.manifest["shape"]
+    return DataIdentity(dataset.system, tuple(int(n) for n in shape["space"]), int(shape["channels"]))
+
+
+def data_fingerprint(dataset: DatasetFolder) -> str:
+    """Which dataset this is, wherever its folder lies: a hash of its shards' names and SHA-256 (a file of
+    another tool: its name and size). Evaluation compares it with the run's to tell its own data."""
+    if dataset.foreign is not None:
+        listed: Any = [dataset.root.name, dataset.root.stat().st_size]
+    else:
+        listed = sorted((record["file"], record.get("sha256")) for record in dataset.manifest["shards"])
+    return hashlib.sha256(json.dumps(listed).encode()).hexdigest()
+
+
+def check_config_matches_data(config: Config, dataset: DatasetFolder) -> None:
+    """Refuse to train `config` on a dataset generated from a config of another system, grid or channel set
+    (data converted from other tools carry no config: their shape is checked by the model's build)."""
+    try:
+        generated_by = dataset.config.system
+    except ConfigError:
+        return
+    differences = [
+        f"system.{key}: {getattr(generated_by, key, None)} (data) != {getattr(config.system, key, None)} (config)"
+        for key in SHAPE_KEYS
+        if getattr(generated_by, key, None) != getattr(config.system, key, None)
+    ]
+    if differences:
+        raise RunError(
+            f"{dataset.root} was generated for another system than the config describes:\n    "
+            + "\n    ".join(differences)
+            + f"\n  Train with the dataset's own config ({dataset.root / 'config.yaml'}) and your model and "
+            "train overrides, or generate data for this config with `dynaforge generate CONFIG --out DIR`."
+        )
+
+
+def check_same_data(trained_on: DataIdentity, dataset: DatasetFolder, run: str) -> None:
+    """Refuse to evaluate run `run`, trained on data like `trained_on`, on a dataset of another kind."""
+    found = data_identity(dataset)
+    differences = [
+        f"{name}: {theirs} ({dataset.root}) != {ours} (trained on)"
+        for name, ours, theirs in zip(DataIdentity._fields, trained_on, found, strict=True)
+        if ours != theirs
+    ]
+    if differences:
+        raise RunError(
+            f"{run} was trained on other data than {dataset.root} holds:\n    "
+            + "\n    ".join(differences)
+            + "\n  Pass --data with a dataset of the same system, grid and channels."
+        )
