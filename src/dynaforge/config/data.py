@@ -16,10 +16,10 @@ class DatasetConfig:
         64, check=AT_LEAST_ONE.because("training and the normalisation statistics read it")
     )
     """Trajectories in the train split."""
-    n_val: int = checked(16, check=AT_LEAST_ONE.because("every epoch of training is validated on it"))
-    """Trajectories in the validation split."""
-    n_test: int = checked(16, check=NON_NEGATIVE.because("only evaluation reads it"))
-    """Trajectories in the test split (0: a dataset for training only; `evaluate` then refuses it)."""
+    n_val: int = checked(16, check=NON_NEGATIVE)
+    """Trajectories in the validation split (training refuses an empty one, naming dataset.n_val)."""
+    n_test: int = checked(16, check=NON_NEGATIVE)
+    """Trajectories in the test split (evaluation refuses an empty one)."""
     shard_size: int = checked(64, check=AT_LEAST_ONE)
     """Trajectories per HDF5 shard (the unit of resumption and of parallel generation)."""
     batch_size: int = checked(64, check=AT_LEAST_ONE)
