@@ -10,7 +10,7 @@ its own physical parameters, each a `Range` drawn per sample.
 One module per component's sections (base, systems, nbody, data, models, train, evaluate, stack, tune,
 two_phase) and load.py (YAML, dotted overrides, validation); every name is importable from here."""
 
-from dynaforge.config.base import ConfigError, InitialConfig, Range
+from dynaforge.config.base import Check, ConfigError, InitialConfig, Range, check_fields, field_check
 from dynaforge.config.data import DataConfig, DatasetConfig
 from dynaforge.config.evaluate import EvaluateConfig
 from dynaforge.config.load import (
@@ -80,6 +80,7 @@ __all__ = [
     "TRAIN_PRESETS",
     "AdvectionConfig",
     "BurgersConfig",
+    "Check",
     "CompileConfig",
     "Config",
     "ConfigError",
@@ -127,10 +128,12 @@ __all__ = [
     "UNetConfig",
     "WandbConfig",
     "apply_train_preset",
+    "check_fields",
     "config_differences",
     "config_from_dict",
     "config_to_dict",
     "config_to_yaml",
+    "field_check",
     "load_config",
     "resolve_device",
     "save_config",

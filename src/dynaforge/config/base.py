@@ -1,14 +1,128 @@
-"""Building blocks of every config section: the error that names the key, parameter ranges, initial conditions."""
+"""Building blocks of every config section: the error that names the key, the valid values of a field
+(`Check`, declared with `checked` and enforced by `check_fields`), parameter ranges, initial conditions."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import typing
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the key and what would be valid."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """The values a numeric config field may take: an interval (each end open or closed, either absent) or a
+    set of `choices`, and `why` (what the field is, for the error). A `Range` field's check applies to both
+    ends, a list's to every item, a dict's to every value; null passes (an optional field switched off)."""
+
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+    choices: tuple[Any, ...] = ()
+    why: str = ""
+
+    def allows(self, value: Any) -> bool:
+        if self.choices:
+            return value in self.choices
+        if not math.isfinite(value):
+            return False
+        above = self.low is None or (value > self.low if self.open_low else value >= self.low)
+        below = self.high is None or (value < self.high if self.open_high else value <= self.high)
+        return above and below
+
+    def describe(self) -> str:
+        """`> 0`, `>= 1`, `in [0, 1)`, `1, 2 or 3`: what follows "must be"."""
+        if self.choices:
+            *first, last = map(str, self.choices)
+            return f"{', '.join(first)} or {last}" if first else last
+        if self.high is None:
+            return f"{'>' if self.open_low else '>='} {self.low:g}"
+        if self.low is None:
+            return f"{'<' if self.open_high else '<='} {self.high:g}"
+        return (
+            f"in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
+        )
+
+    def because(self, why: str) -> Check:
+        """The same check, explained (`POSITIVE.because("kinematic viscosity")`)."""
+        return replace(self, why=why)
+
+
+POSITIVE = Check(low=0.0, open_low=True)
+NON_NEGATIVE = Check(low=0.0)
+AT_LEAST_ONE = Check(low=1.0)
+FRACTION = Check(low=0.0, high=1.0)
+"""A probability or share: in [0, 1]."""
+
+
+def at_least(low: float) -> Check:
+    return Check(low=low)
+
+
+def between(low: float, high: float, open_low: bool = False, open_high: bool = False) -> Check:
+    return Check(low=low, high=high, open_low=open_low, open_high=open_high)
+
+
+def one_of(*choices: Any) -> Check:
+    return Check(choices=choices)
+
+
+def checked(default: Any, *, check: Check) -> Any:
+    """A dataclass field whose values must pass `check`: `dt: float = checked(0.01, check=POSITIVE)`.
+
+    A field with a mutable default (a `Range`, a list) says the same with
+    `field(default_factory=..., metadata={"check": CHECK})` (ruff's RUF009 trusts only `field` there). A
+    subclass that redeclares a field's default keeps its base class's check (`field_check`)."""
+    return field(default=default, metadata={"check": check})
+
+
+def field_check(cls: type, name: str) -> Check | None:
+    """The check declared on field `name` of dataclass `cls` or of the nearest base class declaring one."""
+    for klass in cls.__mro__:
+        declared = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if declared is not None and "check" in declared.metadata:
+            return declared.metadata["check"]
+    return None
+
+
+def check_fields(cls: type, values: Mapping[str, Any], path: str = "") -> None:
+    """Raise a `ConfigError` naming the dotted key, the value and the valid range for the first of `values`
+    (field name -> value of dataclass `cls`) that its declared check refuses; `path` is the section's key."""
+    for name, value in values.items():
+        check = field_check(cls, name)
+        if check is None:
+            continue
+        key = f"{path}.{name}" if path else name
+        for where, item in _checked_items(key, value):
+            if not check.allows(item):
+                why = f" ({check.why})" if check.why else ""
+                raise ConfigError(f"{where}={item!r}: {name} must be {check.describe()}{why}")
+
+
+def _checked_items(key: str, value: Any) -> list[tuple[str, Any]]:
+    """(dotted key, number) pairs a check applies to: a Range's ends, a list's items, a dict's values."""
+    if value is None:
+        return []
+    if isinstance(value, Range):
+        return [(f"{key}.low", value.low), (f"{key}.high", value.high)]
+    if isinstance(value, list | tuple):
+        return [(f"{key}[{i}]", item) for i, item in enumerate(value)]
+    if isinstance(value, Mapping):
+        return [(f"{key}.{k}", item) for k, item in value.items()]
+    return [(key, value)]
+
+
+def check_values(config: Any) -> None:
+    """`check_fields` over every field of a dataclass instance (called by `__post_init__`, so that a config
+    built in code is held to the same ranges as one loaded from YAML)."""
+    check_fields(type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
 
 
 @dataclass
@@ -26,6 +140,8 @@ class Range:
     """Draw uniformly in log space (needs low > 0)."""
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            raise ConfigError(f"low ({self.low}) and high ({self.high}) must be finite numbers")
         if self.low > self.high:
             raise ConfigError(f"low ({self.low}) must not exceed high ({self.high})")
         if self.log and self.low <= 0:
@@ -50,40 +166,34 @@ class InitialConfig:
     With `zero_mean` the spatial mean is removed first.
     """
 
-    families: dict[str, float] = field(default_factory=lambda: {"fourier": 1.0})
+    families: dict[str, float] = field(
+        default_factory=lambda: {"fourier": 1.0},
+        metadata={"check": NON_NEGATIVE.because("a family's weight")},
+    )
     """Family name -> weight (weights need not sum to one)."""
-    max_wavenumber: int = 8
+    max_wavenumber: int = checked(8, check=AT_LEAST_ONE)
     """`fourier`: highest wavenumber of the truncated series."""
-    length_scale: float = 0.1
+    length_scale: float = checked(0.1, check=POSITIVE.because("correlation length / domain length"))
     """`grf`: correlation length as a fraction of the domain length."""
     normalize: Literal["max", "std", "none"] = "max"
     """How each initial field is scaled (see the class docstring)."""
-    amplitude: float = 1.0
+    amplitude: float = checked(1.0, check=POSITIVE.because("the scale of the initial field"))
     """Target of the normalisation."""
     zero_mean: bool = False
     """Remove the spatial mean before normalising."""
-    n_blobs: int = 6
+    n_blobs: int = checked(6, check=AT_LEAST_ONE)
     """`blobs`: largest number of Gaussian bumps (each field draws 1..n_blobs, signs random)."""
-    blob_radius: float = 0.08
+    blob_radius: float = checked(0.08, check=POSITIVE.because("bump radius / domain length"))
     """`blobs`: mean bump radius as a fraction of the domain length."""
-    max_stripe_wavenumber: int = 6
+    max_stripe_wavenumber: int = checked(6, check=AT_LEAST_ONE)
     """`stripes`: highest wavenumber of the plane wave's random integer direction."""
-    octaves: int = 4
+    octaves: int = checked(4, check=AT_LEAST_ONE)
     """`multiscale`: number of dyadic bands of band-limited noise, each with equal variance."""
 
     def __post_init__(self) -> None:
-        if (
-            not self.families
-            or any(w < 0 for w in self.families.values())
-            or sum(self.families.values()) <= 0
-        ):
+        check_values(self)
+        if not self.families or sum(self.families.values()) <= 0:
             raise ConfigError(f"families needs non-negative weights with a positive sum, got {self.families}")
-        if self.max_wavenumber < 1:
-            raise ConfigError(f"max_wavenumber must be >= 1, got {self.max_wavenumber}")
-        if self.length_scale <= 0:
-            raise ConfigError(f"length_scale must be > 0, got {self.length_scale}")
-        if self.n_blobs < 1 or self.blob_radius <= 0 or self.max_stripe_wavenumber < 1 or self.octaves < 1:
-            raise ConfigError("n_blobs, max_stripe_wavenumber and octaves must be >= 1, blob_radius > 0")
 
 
 def is_range_field(cls: type, name: str) -> bool:

@@ -5,34 +5,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dynaforge.config.base import ConfigError
+from dynaforge.config.base import AT_LEAST_ONE, NON_NEGATIVE, check_values, checked
 
 
 @dataclass
 class DatasetConfig:
     """How many trajectories to generate, how they are split into shards, and where they run."""
 
-    n_train: int = 64
+    n_train: int = checked(
+        64, check=AT_LEAST_ONE.because("training and the normalisation statistics read it")
+    )
     """Trajectories in the train split."""
-    n_val: int = 16
-    """Trajectories in the validation split."""
-    n_test: int = 16
-    """Trajectories in the test split."""
-    shard_size: int = 64
+    n_val: int = checked(16, check=NON_NEGATIVE)
+    """Trajectories in the validation split (training refuses an empty one, naming dataset.n_val)."""
+    n_test: int = checked(16, check=NON_NEGATIVE)
+    """Trajectories in the test split (evaluation refuses an empty one)."""
+    shard_size: int = checked(64, check=AT_LEAST_ONE)
     """Trajectories per HDF5 shard (the unit of resumption and of parallel generation)."""
-    batch_size: int = 64
+    batch_size: int = checked(64, check=AT_LEAST_ONE)
     """Trajectories stepped together by the solver."""
-    seed: int = 0
+    seed: int = checked(0, check=NON_NEGATIVE.because("numpy seed entropy"))
     """Base seed; each sample's seed derives from (seed, split, global index) alone."""
     device: str = "cpu"
     """Where the solver runs: `cpu`, `cuda`, `cuda:1` or `auto`."""
 
     def __post_init__(self) -> None:
-        for name in ("n_train", "n_val", "n_test"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0")
-        if self.shard_size < 1 or self.batch_size < 1:
-            raise ConfigError("shard_size and batch_size must be >= 1")
+        check_values(self)
 
     def split_sizes(self) -> dict[str, int]:
         return {"train": self.n_train, "val": self.n_val, "test": self.n_test}
@@ -46,15 +44,15 @@ class DataConfig:
     frames apart. Fields are normalised per channel with the train split's mean and standard deviation.
     """
 
-    history: int = 1
+    history: int = checked(1, check=AT_LEAST_ONE)
     """Input frames the model sees per call."""
-    horizon: int = 1
+    horizon: int = checked(1, check=AT_LEAST_ONE)
     """Frames the model predicts per call."""
-    stride: int = 1
+    stride: int = checked(1, check=AT_LEAST_ONE)
     """Take every `stride`-th stored frame (the model's time step is stride x the stored frame spacing)."""
-    batch_size: int = 32
+    batch_size: int = checked(32, check=AT_LEAST_ONE)
     """Windows per optimiser step (and per evaluation batch)."""
-    num_workers: int = 0
+    num_workers: int = checked(0, check=NON_NEGATIVE)
     """DataLoader worker processes; 0 reads in the main process (the splits are held in memory)."""
     pin_memory: bool | None = None
     """Page-locked host batches for fast copies to a GPU; null means yes when training on CUDA."""
@@ -62,8 +60,4 @@ class DataConfig:
     """How DataLoader workers start; `fork` is unsafe with threads, CUDA or open HDF5 files."""
 
     def __post_init__(self) -> None:
-        for name in ("history", "horizon", "stride", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_workers < 0:
-            raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+        check_values(self)

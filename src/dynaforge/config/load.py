@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dynaforge.atomic import atomic_write_text
-from dynaforge.config.base import ConfigError, Range
+from dynaforge.config.base import ConfigError, Range, check_fields
 from dynaforge.config.data import DataConfig, DatasetConfig
 from dynaforge.config.evaluate import EvaluateConfig
 from dynaforge.config.models import MODEL_CONFIGS, FNOConfig, ModelConfig
@@ -252,6 +253,7 @@ def _build(cls: type, data: Any, path: str, default: Any = None) -> Any:
     ]
     if missing:
         raise ConfigError(f"{_where(path)} is missing required key(s): {', '.join(missing)}")
+    check_fields(cls, kwargs, path)  # each value against its declared range, named by its dotted key
     try:
         return cls(**kwargs)
     except ConfigError as error:
@@ -352,6 +354,8 @@ def _convert(hint: Any, value: Any, path: str, default: Any = None) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{path} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{path}={value!r}: must be a finite number")
         return float(value)
     if hint is str:
         if not isinstance(value, str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dynaforge.config.base import ConfigError
+from dynaforge.config.base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, ConfigError, check_values, checked
 
 
 @dataclass
@@ -26,13 +26,13 @@ class FNOConfig(ModelConfig):
     """Fourier neural operator: lift, `layers` spectral blocks, project (Li et al. 2021)."""
 
     name: str = "fno"
-    width: int = 32
+    width: int = checked(32, check=AT_LEAST_ONE)
     """Channels of the hidden representation."""
-    modes: int = 16
+    modes: int = checked(16, check=AT_LEAST_ONE)
     """Fourier modes kept per axis in every spectral convolution (at most n // 2 + 1)."""
-    layers: int = 4
+    layers: int = checked(4, check=AT_LEAST_ONE)
     """Spectral blocks."""
-    projection: int = 64
+    projection: int = checked(64, check=AT_LEAST_ONE)
     """Hidden channels of the output projection."""
     spectral_transform: Literal["auto", "fft", "dft"] = "auto"
     """How spectral convolutions reach the kept modes: `fft` (rfft, gather, scatter, irfft), `dft` (matrix
@@ -43,9 +43,7 @@ class FNOConfig(ModelConfig):
     false keeps the spectral convolution in fp32 whatever train.precision is (the `fft` path always does)."""
 
     def __post_init__(self) -> None:
-        for name in ("width", "modes", "layers", "projection"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_values(self)
 
 
 @dataclass
@@ -53,17 +51,16 @@ class UNetConfig(ModelConfig):
     """A small U-Net with periodic (circular) padding: `levels` resolutions, channels doubling per level."""
 
     name: str = "unet"
-    channels: int = 16
+    channels: int = checked(16, check=AT_LEAST_ONE)
     """Channels at the finest level."""
-    levels: int = 3
+    levels: int = checked(3, check=AT_LEAST_ONE)
     """Resolutions (the finest included); each coarser level halves the grid."""
-    kernel_size: int = 3
+    kernel_size: int = checked(3, check=AT_LEAST_ONE)
     """Odd width of every convolution kernel."""
 
     def __post_init__(self) -> None:
-        if self.channels < 1 or self.levels < 1:
-            raise ConfigError(f"channels and levels must be >= 1, got {self.channels} and {self.levels}")
-        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+        check_values(self)
+        if self.kernel_size % 2 == 0:
             raise ConfigError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
 
 
@@ -74,46 +71,40 @@ class LatentConfig(ModelConfig):
     See `dynaforge.models.latent`."""
 
     name: str = "latent"
-    width: int = 64
+    width: int = checked(64, check=AT_LEAST_ONE)
     """Token (embedding) dimension."""
-    stem: int = 32
+    stem: int = checked(32, check=AT_LEAST_ONE)
     """Channels of the convolutional stem that precedes patching."""
-    patch: int = 4
+    patch: int = checked(4, check=AT_LEAST_ONE)
     """Grid points per token along every axis (the grid size must be a multiple of it)."""
-    depth: int = 4
+    depth: int = checked(4, check=AT_LEAST_ONE)
     """Transformer blocks."""
-    heads: int = 4
+    heads: int = checked(4, check=AT_LEAST_ONE)
     """Attention heads (must divide `width`)."""
-    mlp_ratio: int = 2
+    mlp_ratio: int = checked(2, check=AT_LEAST_ONE)
     """Hidden width of each block's MLP, in multiples of `width`."""
     attention: Literal["standard", "channel", "alternate"] = "alternate"
     """Token mixing: `standard` attention over tokens, `channel`-separated (cross-covariance) attention
     over feature channels, or `alternate` (standard, channel, standard, ...)."""
-    merge_levels: int = 0
+    merge_levels: int = checked(0, check=NON_NEGATIVE)
     """U-shaped token merging: halve the tokens per axis this many times on the way down (and restore
     them, with skip connections, on the way up); 0 keeps one resolution."""
-    position_features: int = 8
+    position_features: int = checked(8, check=AT_LEAST_ONE)
     """Fourier frequencies per axis of the position features added to the tokens."""
-    parameters: int = 0
+    parameters: int = checked(0, check=NON_NEGATIVE)
     """System parameters the update is conditioned on (the stages fill it in from the dataset)."""
-    dt: float = 1.0
+    dt: float = checked(1.0, check=POSITIVE)
     """Model time step assumed when a call gives none (the stages fill it in from the dataset)."""
 
     def __post_init__(self) -> None:
-        for name in ("width", "stem", "patch", "depth", "heads", "mlp_ratio", "position_features"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_values(self)
         if self.width % self.heads:
             raise ConfigError(f"heads={self.heads} must divide width={self.width}")
-        if self.merge_levels < 0 or self.parameters < 0:
-            raise ConfigError("merge_levels and parameters must be >= 0")
         if self.merge_levels * 2 > self.depth:
             raise ConfigError(
                 f"merge_levels={self.merge_levels} needs depth >= {2 * self.merge_levels} (one block per "
                 "level on the way down and one on the way up)"
             )
-        if self.dt <= 0:
-            raise ConfigError(f"dt must be > 0, got {self.dt}")
 
 
 @dataclass
@@ -123,28 +114,25 @@ class FlowNetConfig(ModelConfig):
 
     name: str = "flow"
     residual: bool = False
-    width: int = 32
+    width: int = checked(32, check=AT_LEAST_ONE)
     """Hidden channels."""
-    layers: int = 4
+    layers: int = checked(4, check=AT_LEAST_ONE)
     """Residual convolution blocks."""
-    kernel_size: int = 5
+    kernel_size: int = checked(5, check=AT_LEAST_ONE)
     """Odd width of every convolution kernel."""
-    condition_frames: int = 2
+    condition_frames: int = checked(2, check=NON_NEGATIVE)
     """Frames given beside the noisy state (residual corrector: the operator's prediction and the last input
     frame; steady prior: 0)."""
-    parameters: int = 0
+    parameters: int = checked(0, check=NON_NEGATIVE)
     """System parameters conditioned on (the stages fill it in from the dataset)."""
-    scale: float = 1.0
+    scale: float = checked(1.0, check=POSITIVE)
     """Physical scale of the generated field in normalised units (the stages fill it in: the residual's
     standard deviation), so that the flow runs on unit-variance targets."""
 
     def __post_init__(self) -> None:
-        if self.width < 1 or self.layers < 1 or self.condition_frames < 0 or self.parameters < 0:
-            raise ConfigError("width and layers must be >= 1; condition_frames and parameters >= 0")
-        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+        check_values(self)
+        if self.kernel_size % 2 == 0:
             raise ConfigError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
-        if self.scale <= 0:
-            raise ConfigError(f"scale must be > 0, got {self.scale}")
 
 
 MODEL_CONFIGS: dict[str, type[ModelConfig]] = {

@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dynaforge.config.base import ConfigError, Range
+from dynaforge.config.base import (
+    AT_LEAST_ONE,
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+    Range,
+    at_least,
+    check_values,
+    checked,
+)
 from dynaforge.config.train import OptimizerConfig, ScheduleConfig, TrainConfig
 
 
@@ -27,26 +36,27 @@ class NBodyInitialConfig:
 
     family: Literal["kepler", "figure_eight", "plummer", "cluster"] = "kepler"
     """Which family (see the class docstring)."""
-    semi_major_axis: Range = field(default_factory=lambda: Range(1.0, 1.0))
+    semi_major_axis: Range = field(
+        default_factory=lambda: Range(1.0, 1.0), metadata={"check": POSITIVE.because("orbit size")}
+    )
     """`kepler`: semi-major axis a of the relative orbit."""
     eccentricity: Range = field(default_factory=lambda: Range(0.5, 0.5))
     """`kepler`: eccentricity e, in [0, 1)."""
     mean_anomaly: Range = field(default_factory=lambda: Range(0.0, 0.0))
     """`kepler`: orbital phase at t = 0 in radians (0 = pericentre)."""
-    mass: Range = field(default_factory=lambda: Range(0.5, 0.5))
+    mass: Range = field(
+        default_factory=lambda: Range(0.5, 0.5), metadata={"check": POSITIVE.because("a body's mass")}
+    )
     """`kepler` and `cluster`: mass of each body (`cluster` then rescales the total to 1)."""
-    virial_ratio: float = 0.5
+    virial_ratio: float = checked(0.5, check=NON_NEGATIVE)
     """`plummer` and `cluster`: K / |virial| after scaling (0.5 = equilibrium, < 0.5 collapses)."""
 
     def __post_init__(self) -> None:
-        if self.semi_major_axis.low <= 0 or self.mass.low <= 0:
-            raise ConfigError("semi_major_axis and mass must be > 0")
+        check_values(self)
         if self.eccentricity.low < 0 or self.eccentricity.high >= 1:
             raise ConfigError(
                 f"eccentricity must lie in [0, 1) (bound orbits), got [{self.eccentricity.low}, {self.eccentricity.high}]"
             )
-        if self.virial_ratio < 0:
-            raise ConfigError(f"virial_ratio must be >= 0, got {self.virial_ratio}")
 
 
 @dataclass
@@ -65,26 +75,21 @@ class StepControlConfig:
 
     kind: Literal["fixed", "adaptive", "learned"] = "fixed"
     """Which controller (see the class docstring)."""
-    eta: float = 0.02
+    eta: float = checked(0.02, check=POSITIVE.because("accuracy factor"))
     """`adaptive`: accuracy factor of the classical criterion."""
     model: str | None = None
     """`learned`: run folder (or checkpoint file) of a trained controller."""
-    scale: float = 1.0
+    scale: float = checked(1.0, check=POSITIVE)
     """`learned`: multiplies the predicted step (the accuracy knob of a trained controller)."""
     reversible: bool = True
     """Choose steps with the time-symmetric recursion (adaptive and learned)."""
-    dt_max: float | None = None
+    dt_max: float | None = checked(None, check=POSITIVE.because("largest step; null: no cap"))
     """Largest step allowed (null: no cap)."""
-    max_steps: int = 10_000_000
+    max_steps: int = checked(10_000_000, check=AT_LEAST_ONE)
     """Stop a run after this many steps per system (a guard against a collapsing step)."""
 
     def __post_init__(self) -> None:
-        if self.eta <= 0 or self.scale <= 0:
-            raise ConfigError(f"eta and scale must be > 0, got {self.eta} and {self.scale}")
-        if self.dt_max is not None and self.dt_max <= 0:
-            raise ConfigError(f"dt_max must be > 0 or null, got {self.dt_max}")
-        if self.max_steps < 1:
-            raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
+        check_values(self)
 
 
 @dataclass
@@ -97,21 +102,25 @@ class NBodyConfig:
 
     name: str = "nbody"
     """The system name (`nbody`)."""
-    bodies: int = 2
+    bodies: int = checked(2, check=at_least(2.0))
     """Bodies per system (`kepler` needs 2, `figure_eight` 3)."""
     integrator: Literal["leapfrog", "yoshida4"] = "leapfrog"
     """Kick-drift-kick leapfrog (2nd order) or Yoshida's 4th-order composition (3 forces per step)."""
-    dt: float = 0.01
+    dt: float = checked(0.01, check=POSITIVE.because("time step"))
     """Fixed step, and the unit of the frame spacing and trajectory length."""
-    steps: int = 1000
+    steps: int = checked(1000, check=AT_LEAST_ONE)
     """Trajectory length in units of dt."""
-    save_every: int = 10
+    save_every: int = checked(10, check=AT_LEAST_ONE)
     """Keep a frame every `save_every * dt` time units (the initial frame is always kept)."""
     dtype: Literal["float32", "float64"] = "float64"
     """Precision of the state (the store always holds float32)."""
-    softening: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    softening: Range = field(
+        default_factory=lambda: Range(0.0, 0.0), metadata={"check": NON_NEGATIVE.because("softening length")}
+    )
     """Plummer softening length eps (per system)."""
-    external_mass: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    external_mass: Range = field(
+        default_factory=lambda: Range(0.0, 0.0), metadata={"check": NON_NEGATIVE.because("a mass")}
+    )
     """Mass of the external point perturber (0 = none)."""
     external_position: list[float] = field(default_factory=lambda: [20.0, 0.0, 0.0])
     """Fixed position of the external perturber."""
@@ -121,21 +130,14 @@ class NBodyConfig:
     """Step-size control."""
 
     def __post_init__(self) -> None:
-        if self.bodies < 2:
-            raise ConfigError(f"bodies must be >= 2, got {self.bodies}")
+        check_values(self)
         needed = {"kepler": 2, "figure_eight": 3}.get(self.initial.family)
         if needed is not None and self.bodies != needed:
             raise ConfigError(
                 f"initial.family={self.initial.family} has {needed} bodies; set bodies={needed}"
             )
-        if self.dt <= 0:
-            raise ConfigError(f"dt must be > 0, got {self.dt}")
-        if self.steps < 1 or self.save_every < 1 or self.steps % self.save_every:
-            raise ConfigError(
-                f"steps ({self.steps}) must be a positive multiple of save_every ({self.save_every})"
-            )
-        if self.softening.low < 0 or self.external_mass.low < 0:
-            raise ConfigError("softening and external_mass must be >= 0")
+        if self.steps % self.save_every:
+            raise ConfigError(f"steps ({self.steps}) must be a multiple of save_every ({self.save_every})")
         if len(self.external_position) != 3:
             raise ConfigError(f"external_position needs 3 numbers (x, y, z), got {self.external_position}")
 
@@ -157,22 +159,21 @@ class NBodyConfig:
 class ControllerNetConfig:
     """The controller network (`dynaforge.models.step_controller`): features in, log step out."""
 
-    hidden: int = 64
+    hidden: int = checked(64, check=AT_LEAST_ONE)
     """Width of the hidden layers."""
-    layers: int = 2
+    layers: int = checked(2, check=NON_NEGATIVE)
     """Hidden layers of the MLP (beside its linear skip path)."""
-    history: int = 0
+    history: int = checked(0, check=NON_NEGATIVE)
     """Also read the features of the last K states (zero-padded at the start); 0 = none. History makes the
     step depend on the past, which breaks the time symmetry of the reversible step recursion."""
-    correction: float = 2.0
+    correction: float = checked(2.0, check=POSITIVE.because("bound of the log-multiplier"))
     """Bound c of the learned log-multiplier on the classical step: h stays within exp(+-c) of eta0 tau."""
     inputs: list[str] | None = None
     """Names of the features the network reads (`dynaforge.systems.nbody.control.FEATURE_NAMES`); null: all.
     The classical time scale is added to the output whatever the network reads."""
 
     def __post_init__(self) -> None:
-        if self.hidden < 1 or self.layers < 0 or self.history < 0 or self.correction <= 0:
-            raise ConfigError("hidden must be >= 1, layers and history >= 0, correction > 0")
+        check_values(self)
         if self.inputs is not None and (not self.inputs or len(set(self.inputs)) < len(self.inputs)):
             raise ConfigError(f"inputs must be a non-empty list of distinct feature names, got {self.inputs}")
 
@@ -185,7 +186,7 @@ class ControllerSystemsConfig:
     `reference_time` with the classical criterion (eta = `reference_eta`) and states are drawn from that run.
     """
 
-    kepler: int = 48
+    kepler: int = checked(48, check=NON_NEGATIVE)
     """Two-body Kepler systems (a = 1, total mass 1)."""
     eccentricity: Range = field(default_factory=lambda: Range(0.0, 0.8))
     """Eccentricities of the Kepler systems."""
@@ -193,30 +194,34 @@ class ControllerSystemsConfig:
     """How e is drawn in `eccentricity`: uniformly, or with log(1 - e) (the log of the pericentre distance
     a (1 - e)) uniform, which gives each decade of pericentre distance the same weight (more orbits near
     e = 1, where step control matters most)."""
-    mass_ratio: Range = field(default_factory=lambda: Range(0.2, 1.0))
+    mass_ratio: Range = field(
+        default_factory=lambda: Range(0.2, 1.0), metadata={"check": POSITIVE.because("m2 / m1")}
+    )
     """m2 / m1 of the Kepler systems."""
-    clusters: int = 8
+    clusters: int = checked(8, check=NON_NEGATIVE)
     """Clusters (`cluster` family, N-body units) per entry of `cluster_bodies`."""
-    cluster_bodies: list[int] = field(default_factory=lambda: [4, 8])
+    cluster_bodies: list[int] = field(
+        default_factory=lambda: [4, 8], metadata={"check": at_least(2.0).because("bodies per cluster")}
+    )
     """Body counts of the clusters (one group of episodes per count)."""
-    softening: Range = field(default_factory=lambda: Range(0.01, 0.05))
+    softening: Range = field(
+        default_factory=lambda: Range(0.01, 0.05),
+        metadata={"check": NON_NEGATIVE.because("softening length")},
+    )
     """Softening of the clusters (the Kepler systems have none)."""
-    snapshots: int = 16
+    snapshots: int = checked(16, check=AT_LEAST_ONE)
     """Episode start states per system."""
-    reference_time: float = 6.0
+    reference_time: float = checked(6.0, check=POSITIVE)
     """Length of the clusters' reference runs (N-body time units; a crossing time is 2.83)."""
-    reference_eta: float = 0.005
+    reference_eta: float = checked(0.005, check=POSITIVE.because("accuracy factor"))
     """Classical-criterion accuracy of the reference runs."""
 
     def __post_init__(self) -> None:
-        if self.kepler < 0 or self.clusters < 0 or self.snapshots < 1:
-            raise ConfigError("kepler and clusters must be >= 0 and snapshots >= 1")
+        check_values(self)
         if self.kepler == 0 and (self.clusters == 0 or not self.cluster_bodies):
             raise ConfigError("no training systems: set kepler > 0 or clusters > 0 with cluster_bodies")
-        if any(n < 2 for n in self.cluster_bodies):
-            raise ConfigError(f"cluster_bodies must all be >= 2, got {self.cluster_bodies}")
-        if self.eccentricity.low < 0 or self.eccentricity.high >= 1 or self.mass_ratio.low <= 0:
-            raise ConfigError("eccentricity must lie in [0, 1) and mass_ratio be > 0")
+        if self.eccentricity.low < 0 or self.eccentricity.high >= 1:
+            raise ConfigError("eccentricity must lie in [0, 1)")
 
 
 @dataclass
@@ -253,23 +258,23 @@ class TimestepperConfig:
     """The training systems."""
     train: TrainConfig = field(default_factory=lambda: controller_training())
     """The training engine's settings (see the class docstring)."""
-    steps: int = 300
+    steps: int = checked(300, check=AT_LEAST_ONE)
     """Optimiser steps in all."""
-    batch: int = 32
+    batch: int = checked(32, check=AT_LEAST_ONE)
     """Windows per optimiser step."""
-    window: int = 32
+    window: int = checked(32, check=AT_LEAST_ONE)
     """Integrator steps per optimiser step (differentiated through)."""
-    episode: int = 16
+    episode: int = checked(16, check=AT_LEAST_ONE)
     """Windows before the systems restart from fresh start states."""
-    band_low: float = 1e-6
+    band_low: float = checked(1e-6, check=POSITIVE.because("a relative energy error"))
     """Lower edge of the target band of per-step relative energy error."""
-    band_high: float = 1e-5
+    band_high: float = checked(1e-5, check=POSITIVE.because("a relative energy error"))
     """Upper edge of the target band."""
-    reward: float = 0.0
+    reward: float = checked(0.0, check=NON_NEGATIVE)
     """Weight of the extra larger-step reward."""
-    shape: float = 1.0
+    shape: float = checked(1.0, check=NON_NEGATIVE)
     """Weight of the scale-free shape cost (which holds the main larger-step reward)."""
-    penalty: float = 1.0
+    penalty: float = checked(1.0, check=NON_NEGATIVE)
     """Weight of the band penalties."""
     loss: Literal["window", "run"] = "window"
     """`window`: the per-window loss above (streams of windows). `run`: a whole-run, scale-free loss:
@@ -286,15 +291,15 @@ class TimestepperConfig:
     network's proposals with detached features); with `window` at least the run's length (no truncation)
     that gradient agrees with finite differences along the step scale, and truncated back-propagation
     biases it (docs/nbody.md)."""
-    horizon: float = 6.283185307179586
+    horizon: float = checked(6.283185307179586, check=POSITIVE.because("simulated time"))
     """`loss: run`: simulated time of a run (N-body units; a training Kepler orbit, a = 1 and M = 1,
     takes 2 pi)."""
-    cluster_horizon: float | None = None
+    cluster_horizon: float | None = checked(None, check=POSITIVE.because("simulated time; null: horizon"))
     """`loss: run`: simulated time of a cluster run (null: `horizon`); clusters take many more steps per
     time unit than the training Kepler orbits."""
-    run_steps: int = 3000
+    run_steps: int = checked(3000, check=AT_LEAST_ONE)
     """`loss: run`: cap on the steps of a run (systems stop early when they reach it)."""
-    run_scale: float = 1.0
+    run_scale: float = checked(1.0, check=POSITIVE)
     """`loss: run`: output scale of the controller during training and validation runs (the benchmark's
     `scale` knob: h = run_scale * eta0 * tau * exp(correction)). The loss is scale-free only where
     leapfrog's error grows as h^2, so runs should use steps near those of the target error (e.g. 0.25,
@@ -304,35 +309,21 @@ class TimestepperConfig:
     (its gradient along that direction is ~0 for untruncated fixed-time runs, up to noise, so Adam lets the
     scale wander; docs/nbody.md). Pin it with `centre` > 0: then the biases hold the mean correction at zero
     while the weights shape it."""
-    sharpness: float = 8.0
+    sharpness: float = checked(8.0, check=at_least(1.0).because("exponent of the power mean"))
     """`loss: run`: exponent s of the power mean (mean_n e_n^s)^(1/s) that stands for the run's largest
     error (larger: closer to the maximum, which the benchmark measures, and a less smooth loss)."""
-    centre: float = 0.0
+    centre: float = checked(0.0, check=NON_NEGATIVE)
     """`loss: run`: weight of centre * (mean learned log-correction over a batch's steps)^2. Even with the
     output biases frozen (`train_bias: false`) the linear path's weights on features with non-zero means can still shift every step
     alike; outside leapfrog's h^2 regime the loss pushes that shift until the bounded correction saturates
     (docs/nbody.md). The pin keeps the mean correction near zero so only the step shape is trained."""
-    eval_every: int = 50
+    eval_every: int = checked(50, check=AT_LEAST_ONE)
     """Optimiser steps per epoch: validation on fixed start states (and best.pt) after each."""
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch", "window", "episode", "eval_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 < self.band_low < self.band_high:
+        check_values(self)
+        if not self.band_low < self.band_high:
             raise ConfigError(f"need 0 < band_low < band_high, got {self.band_low} and {self.band_high}")
-        if min(self.reward, self.penalty, self.shape) < 0:
-            raise ConfigError("reward, penalty and shape must be >= 0")
-        if self.loss == "run" and (
-            self.horizon <= 0 or self.run_steps < 1 or (self.cluster_horizon or 1.0) <= 0
-        ):
-            raise ConfigError("loss: run needs horizon and cluster_horizon > 0 and run_steps >= 1")
-        if self.centre < 0:
-            raise ConfigError(f"centre must be >= 0, got {self.centre}")
-        if self.sharpness < 1:
-            raise ConfigError(f"sharpness must be >= 1, got {self.sharpness}")
-        if self.run_scale <= 0:
-            raise ConfigError(f"run_scale must be > 0, got {self.run_scale}")
 
 
 def controller_training() -> TrainConfig:

@@ -6,7 +6,20 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dynaforge.config.base import ConfigError, InitialConfig, Range, is_range_field
+from dynaforge.config.base import (
+    AT_LEAST_ONE,
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+    InitialConfig,
+    Range,
+    at_least,
+    check_values,
+    checked,
+    is_range_field,
+    one_of,
+)
 
 
 @dataclass
@@ -15,19 +28,21 @@ class SystemConfig:
 
     name: str = "burgers"
     """Which system: one of `dynaforge.systems.SYSTEMS`."""
-    resolution: int = 256
+    resolution: int = checked(256, check=at_least(4.0).because("grid points per axis"))
     """Grid points per axis."""
-    ndim: int = 1
+    ndim: int = checked(1, check=one_of(1, 2, 3))
     """Spatial dimensions (1, 2 or 3; each system lists the ones it supports)."""
-    domain_length: Range = field(default_factory=lambda: Range(1.0, 1.0))
+    domain_length: Range = field(
+        default_factory=lambda: Range(1.0, 1.0), metadata={"check": POSITIVE.because("domain length")}
+    )
     """Length L of the periodic domain (per sample)."""
-    dt: float = 0.01
+    dt: float = checked(0.01, check=POSITIVE.because("time step"))
     """Inner time step of the solver."""
-    steps: int = 200
+    steps: int = checked(200, check=AT_LEAST_ONE)
     """Inner steps per trajectory."""
-    save_every: int = 1
+    save_every: int = checked(1, check=AT_LEAST_ONE)
     """Keep every k-th inner step (the initial state is always kept)."""
-    order: int = 4
+    order: int = checked(4, check=one_of(1, 2, 3, 4))
     """Order of the exponential time differencing Runge-Kutta scheme: 1, 2, 3 or 4."""
     dtype: Literal["float32", "float64"] = "float32"
     """Precision of the solver state (the store always holds float32)."""
@@ -35,20 +50,9 @@ class SystemConfig:
     """Initial-condition families and normalisation."""
 
     def __post_init__(self) -> None:
-        if self.ndim not in (1, 2, 3):
-            raise ConfigError(f"ndim must be 1, 2 or 3, got {self.ndim}")
-        if self.resolution < 4:
-            raise ConfigError(f"resolution must be >= 4, got {self.resolution}")
-        if self.dt <= 0:
-            raise ConfigError(f"dt must be > 0, got {self.dt}")
-        if self.steps < 1 or self.save_every < 1:
-            raise ConfigError(f"steps and save_every must be >= 1, got {self.steps} and {self.save_every}")
+        check_values(self)
         if self.steps % self.save_every:
             raise ConfigError(f"steps ({self.steps}) must be a multiple of save_every ({self.save_every})")
-        if self.order not in (1, 2, 3, 4):
-            raise ConfigError(f"order must be 1, 2, 3 or 4, got {self.order}")
-        if self.domain_length.low <= 0:
-            raise ConfigError("domain_length must be > 0")
 
     @property
     def n_frames(self) -> int:
@@ -65,7 +69,9 @@ class HeatConfig(SystemConfig):
     """u_t = nu * laplacian(u)."""
 
     name: str = "heat"
-    diffusivity: Range = field(default_factory=lambda: Range(0.01, 0.01))
+    diffusivity: Range = field(
+        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("diffusivity")}
+    )
     """Diffusion coefficient nu."""
 
 
@@ -83,7 +89,9 @@ class BurgersConfig(SystemConfig):
     """u_t + u u_x = nu u_xx."""
 
     name: str = "burgers"
-    viscosity: Range = field(default_factory=lambda: Range(0.01, 0.01))
+    viscosity: Range = field(
+        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("kinematic viscosity")}
+    )
     """Kinematic viscosity nu."""
 
 
@@ -112,13 +120,17 @@ class NavierStokesConfig(SystemConfig):
     resolution: int = 128
     domain_length: Range = field(default_factory=lambda: Range(2 * 3.141592653589793, 2 * 3.141592653589793))
     dt: float = 0.01
-    viscosity: Range = field(default_factory=lambda: Range(1e-3, 1e-3))
+    viscosity: Range = field(
+        default_factory=lambda: Range(1e-3, 1e-3), metadata={"check": POSITIVE.because("kinematic viscosity")}
+    )
     """Kinematic viscosity nu."""
-    drag: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    drag: Range = field(
+        default_factory=lambda: Range(0.0, 0.0), metadata={"check": NON_NEGATIVE.because("drag coefficient")}
+    )
     """Linear (Rayleigh) drag coefficient; 0 switches it off."""
     forcing_amplitude: Range = field(default_factory=lambda: Range(0.0, 0.0))
     """Amplitude A of the Kolmogorov body force; 0 switches it off."""
-    forcing_wavenumber: int = 4
+    forcing_wavenumber: int = checked(4, check=NON_NEGATIVE)
     """Integer wavenumber of the Kolmogorov forcing along y."""
 
 
@@ -138,13 +150,21 @@ class GrayScottConfig(SystemConfig):
     dt: float = 1.0
     steps: int = 1000
     save_every: int = 10
-    feed: Range = field(default_factory=lambda: Range(0.03, 0.03))
+    feed: Range = field(
+        default_factory=lambda: Range(0.03, 0.03), metadata={"check": NON_NEGATIVE.because("feed rate")}
+    )
     """Feed rate F."""
-    kill: Range = field(default_factory=lambda: Range(0.055, 0.055))
+    kill: Range = field(
+        default_factory=lambda: Range(0.055, 0.055), metadata={"check": NON_NEGATIVE.because("kill rate")}
+    )
     """Kill rate k."""
-    diffusion_u: Range = field(default_factory=lambda: Range(2e-5, 2e-5))
+    diffusion_u: Range = field(
+        default_factory=lambda: Range(2e-5, 2e-5), metadata={"check": POSITIVE.because("diffusivity")}
+    )
     """Diffusion coefficient of u."""
-    diffusion_v: Range = field(default_factory=lambda: Range(1e-5, 1e-5))
+    diffusion_v: Range = field(
+        default_factory=lambda: Range(1e-5, 1e-5), metadata={"check": POSITIVE.because("diffusivity")}
+    )
     """Diffusion coefficient of v."""
     initial: InitialConfig = field(default_factory=lambda: InitialConfig(families={"blobs": 1.0}))
 
@@ -180,26 +200,25 @@ class ParameterSpec:
     """`int`/`real`: largest value."""
     log: bool = False
     """`real`: log-uniform (needs low > 0)."""
-    choices: dict[str, float] = field(default_factory=dict)
+    choices: dict[str, float] = field(
+        default_factory=dict, metadata={"check": NON_NEGATIVE.because("an option's weight")}
+    )
     """`choice`: option -> weight (non-negative, positive sum)."""
-    probability: float = 0.5
+    probability: float = checked(0.5, check=FRACTION.because("a probability"))
     """`bool`: probability of true."""
 
     def __post_init__(self) -> None:
+        check_values(self)
         if self.kind in ("int", "real") and self.low > self.high:
             raise ConfigError(f"low ({self.low}) must not exceed high ({self.high})")
         if self.kind == "int" and (self.low != int(self.low) or self.high != int(self.high)):
             raise ConfigError(f"an int parameter needs integer bounds, got [{self.low}, {self.high}]")
         if self.kind == "real" and self.log and self.low <= 0:
             raise ConfigError(f"a log-scaled parameter needs low > 0, got {self.low}")
-        if self.kind == "choice" and (
-            not self.choices or any(w < 0 for w in self.choices.values()) or sum(self.choices.values()) <= 0
-        ):
+        if self.kind == "choice" and (not self.choices or sum(self.choices.values()) <= 0):
             raise ConfigError(
                 f"a choice needs options with non-negative weights, positive sum: {self.choices}"
             )
-        if self.kind == "bool" and not 0.0 <= self.probability <= 1.0:
-            raise ConfigError(f"probability must be in [0, 1], got {self.probability}")
 
 
 def _int_spec(low: int, high: int) -> ParameterSpec:
@@ -267,9 +286,9 @@ class RandomCNNConfig(SystemConfig):
     resolution: int = 64
     dt: float = 1.0
     steps: int = 64
-    channels: int = 3
+    channels: int = checked(3, check=AT_LEAST_ONE)
     """Channels of the state (the operator maps C channels to C channels)."""
-    realizations: int = 3
+    realizations: int = checked(3, check=AT_LEAST_ONE)
     """Stochastic realizations (noise streams) per operator."""
     space: OperatorSpace = field(default_factory=OperatorSpace)
     """The sampled parameter space (scrambled Sobol points)."""
@@ -289,23 +308,19 @@ class RandomCNNConfig(SystemConfig):
     compile: bool = True
     """torch.compile the fused engine's step: one graph per architecture (about 10-20 s on first use,
     cached on disk by torch), reused by all its operators. Off: the same step runs eagerly (slower)."""
-    max_group: int = 16
+    max_group: int = checked(16, check=AT_LEAST_ONE)
     """Most operators of one architecture batched into one grouped convolution."""
-    memory_budget_gb: float = 4.0
+    memory_budget_gb: float = checked(4.0, check=POSITIVE)
     """Memory a group's activations and trajectory buffer may use; bigger groups are split."""
     features: bool = False
     """Also compute per-trajectory summary features (stored as `features` with `feature_names`)."""
-    spectrum_bins: int = 8
+    spectrum_bins: int = checked(8, check=AT_LEAST_ONE)
     """Radial bins of the power-spectrum features."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.ndim != 2:
             raise ConfigError(f"random_cnn runs in 2D only (ndim=2), got ndim={self.ndim}")
-        if self.channels < 1 or self.realizations < 1 or self.max_group < 1 or self.spectrum_bins < 1:
-            raise ConfigError("channels, realizations, max_group and spectrum_bins must be >= 1")
-        if self.memory_budget_gb <= 0:
-            raise ConfigError(f"memory_budget_gb must be > 0, got {self.memory_budget_gb}")
 
 
 PDE_SYSTEM_CONFIGS: dict[str, type[SystemConfig]] = {

@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dynaforge.config.base import ConfigError
+from dynaforge.config.base import (
+    AT_LEAST_ONE,
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+    between,
+    check_values,
+    checked,
+)
 
 
 @dataclass
@@ -22,23 +31,26 @@ class OptimizerConfig:
 
     name: Literal["adamw", "adam", "sgd", "muon"] = "adamw"
     """Which optimiser."""
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    betas: list[float] = field(
+        default_factory=lambda: [0.9, 0.999],
+        metadata={"check": between(0.0, 1.0, open_high=True).because("a moment decay rate")},
+    )
     """Adam(W) moment decay rates, two numbers (also the AdamW half of `muon`)."""
-    eps: float = 1e-8
+    eps: float = checked(1e-8, check=POSITIVE)
     """Adam(W) denominator guard."""
-    momentum: float = 0.9
+    momentum: float = checked(0.9, check=FRACTION.because("momentum factor"))
     """`sgd`: momentum factor (0 disables momentum)."""
     nesterov: bool = False
     """`sgd`: Nesterov momentum."""
     fused: bool | None = None
     """Fused Adam/AdamW/SGD kernels; null means wherever the device supports them."""
-    muon_lr: float | None = None
+    muon_lr: float | None = checked(None, check=POSITIVE.because("learning rate"))
     """`muon`: peak learning rate of the Muon half; null means `train.lr`."""
-    muon_momentum: float = 0.95
+    muon_momentum: float = checked(0.95, check=FRACTION.because("momentum factor"))
     """`muon`: Muon's (Nesterov) momentum."""
     muon_adjust_lr: Literal["match_rms_adamw", "original"] = "match_rms_adamw"
     """`muon`: per-matrix lr scaling; `match_rms_adamw` (0.2 sqrt(max(A, B))) lets Muon reuse AdamW's lr."""
-    muon_ns_steps: int = 5
+    muon_ns_steps: int = checked(5, check=AT_LEAST_ONE)
     """`muon`: Newton-Schulz iterations of the orthogonalisation."""
     muon_spectral: bool = False
     """`muon`: also give spectral weights (in, out, modes...) to Muon, as (in, out x modes) matrices."""
@@ -46,14 +58,9 @@ class OptimizerConfig:
     """`muon`: parameter-name patterns (fnmatch, e.g. `lift.*`) kept on AdamW even when matrix-shaped."""
 
     def __post_init__(self) -> None:
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ConfigError(f"betas must lie in [0, 1), got {self.betas}")
-        if self.eps <= 0 or self.momentum < 0 or self.muon_momentum < 0:
-            raise ConfigError("eps must be > 0, momentum and muon_momentum >= 0")
-        if self.muon_lr is not None and self.muon_lr <= 0:
-            raise ConfigError(f"muon_lr must be > 0 or null, got {self.muon_lr}")
-        if self.muon_ns_steps < 1:
-            raise ConfigError(f"muon_ns_steps must be >= 1, got {self.muon_ns_steps}")
+        check_values(self)
+        if len(self.betas) != 2:
+            raise ConfigError(f"betas needs two numbers, got {self.betas}")
         if self.nesterov and self.momentum == 0:
             raise ConfigError("nesterov needs momentum > 0")
 
@@ -74,30 +81,25 @@ class ScheduleConfig:
     """Shape after the warmup."""
     interval: Literal["step", "epoch"] = "step"
     """Advance the schedule once per optimiser step or once per epoch."""
-    warmup_fraction: float = 0.05
+    warmup_fraction: float = checked(
+        0.05, check=between(0.0, 1.0, open_high=True).because("a share of training")
+    )
     """Share of all intervals spent warming the lr up linearly from (nearly) zero."""
-    min_lr_ratio: float = 0.0
+    min_lr_ratio: float = checked(0.0, check=FRACTION.because("a fraction of the peak lr"))
     """`cosine`: final lr, `plateau`: floor, as a fraction of the peak lr."""
-    step_size: int = 1
+    step_size: int = checked(1, check=AT_LEAST_ONE)
     """`step`: intervals between decays."""
-    gamma: float = 0.5
+    gamma: float = checked(0.5, check=between(0.0, 1.0, open_low=True).because("decay factor"))
     """`step`: decay factor."""
-    patience: int = 2
+    patience: int = checked(2, check=NON_NEGATIVE)
     """`plateau`: epochs without improvement before a decay."""
-    factor: float = 0.5
+    factor: float = checked(0.5, check=between(0.0, 1.0, open_low=True).because("decay factor"))
     """`plateau`: decay factor."""
-    threshold: float = 1e-4
+    threshold: float = checked(1e-4, check=NON_NEGATIVE)
     """`plateau`: an improvement must beat the best loss by this relative amount."""
 
     def __post_init__(self) -> None:
-        if not 0 <= self.warmup_fraction < 1:
-            raise ConfigError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if self.step_size < 1 or self.patience < 0:
-            raise ConfigError("step_size must be >= 1 and patience >= 0")
-        if not (0 < self.gamma <= 1 and 0 < self.factor <= 1) or self.threshold < 0:
-            raise ConfigError("gamma and factor must be in (0, 1], threshold >= 0")
+        check_values(self)
 
 
 @dataclass
@@ -126,19 +128,18 @@ class CudaGraphConfig:
 
     enabled: bool = False
     """Capture the step on CUDA."""
-    warmup: int = 3
+    warmup: int = checked(3, check=AT_LEAST_ONE)
     """Eager steps before capture (lets lazy state such as optimiser moments be allocated)."""
 
     def __post_init__(self) -> None:
-        if self.warmup < 1:
-            raise ConfigError(f"warmup must be >= 1, got {self.warmup}")
+        check_values(self)
 
 
 @dataclass
 class EMAConfig:
     """An exponential moving average of the weights, updated after every optimiser step."""
 
-    decay: float = 0.0
+    decay: float = checked(0.0, check=between(0.0, 1.0, open_high=True).because("weight of the old average"))
     """Weight of the old average per step (e.g. 0.999); 0 switches the EMA off."""
     warmup: bool = True
     """Use min(decay, (1 + n) / (10 + n)) at update n, so that early averages forget the initial weights."""
@@ -146,8 +147,7 @@ class EMAConfig:
     """Validate with the EMA weights and save them as the checkpoint's `model` (evaluation and best.pt)."""
 
     def __post_init__(self) -> None:
-        if not 0 <= self.decay < 1:
-            raise ConfigError(f"decay must be in [0, 1), got {self.decay}")
+        check_values(self)
 
 
 @dataclass
@@ -186,19 +186,19 @@ class TrainConfig:
 
     preset: Literal["debug", "default", "fast"] = "default"
     """Switch set applied beneath explicit values (see the class docstring)."""
-    epochs: int = 10
+    epochs: int = checked(10, check=AT_LEAST_ONE)
     """Passes over the training windows."""
-    lr: float = 1e-3
+    lr: float = checked(1e-3, check=POSITIVE.because("peak learning rate"))
     """Peak learning rate (reached at the end of the warmup)."""
-    weight_decay: float = 1e-4
+    weight_decay: float = checked(1e-4, check=NON_NEGATIVE)
     """Decoupled weight decay (SGD: L2 penalty); never applied to biases and other 1D parameters."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     """The optimiser."""
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     """The learning-rate schedule."""
-    grad_clip: float | None = 1.0
+    grad_clip: float | None = checked(1.0, check=POSITIVE.because("largest gradient norm; null: no clipping"))
     """Clip the global gradient norm to this value; null disables clipping (the norm is logged anyway)."""
-    accumulate: int = 1
+    accumulate: int = checked(1, check=AT_LEAST_ONE)
     """Micro-batches of `data.batch_size` whose gradients are summed per optimiser step."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """fp32; bf16 autocast (CPU and GPU); fp16 autocast with a gradient scaler (CUDA only). FFTs and
@@ -209,15 +209,15 @@ class TrainConfig:
     """CUDA-graph capture of the whole step (CUDA only)."""
     ema: EMAConfig = field(default_factory=EMAConfig)
     """Exponential moving average of the weights."""
-    max_bad_steps: int = 10
+    max_bad_steps: int = checked(10, check=AT_LEAST_ONE)
     """Steps with a non-finite loss or gradient are skipped and counted; this many in a row stop the run."""
     loss: Literal["mse", "relative_l2"] = "mse"
     """Training loss on normalised frames: mean squared error or relative L2 per sample."""
-    rollout_steps: int = 1
+    rollout_steps: int = checked(1, check=AT_LEAST_ONE)
     """Model calls unrolled autoregressively per window; the loss covers every predicted frame."""
-    log_every: int = 50
+    log_every: int = checked(50, check=AT_LEAST_ONE)
     """Optimiser steps per logging window (one line of metrics.jsonl, one read of device metrics)."""
-    checkpoint_every: int = 0
+    checkpoint_every: int = checked(0, check=NON_NEGATIVE.because("0: at the end of each epoch only"))
     """Also write checkpoints/last.pt every this many optimiser steps (0: at the end of each epoch only)."""
     deterministic: bool = False
     """Deterministic algorithms and cuDNN settings, for bitwise-reproducible runs (slower)."""
@@ -229,17 +229,7 @@ class TrainConfig:
     """Optional Weights & Biases logging."""
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "rollout_steps", "log_every", "accumulate", "max_bad_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        if self.weight_decay < 0:
-            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if self.grad_clip is not None and self.grad_clip <= 0:
-            raise ConfigError(f"grad_clip must be > 0 or null, got {self.grad_clip}")
-        if self.checkpoint_every < 0:
-            raise ConfigError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
+        check_values(self)
 
 
 TRAIN_PRESETS: dict[str, dict[str, Any]] = {

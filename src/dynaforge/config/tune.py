@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dynaforge.config.base import ConfigError
+from dynaforge.config.base import NON_NEGATIVE, POSITIVE, ConfigError, between, check_values, checked
 
 
 @dataclass
@@ -23,7 +23,7 @@ class SearchDimension:
     """Smallest value (log_uniform, uniform, int)."""
     high: float | None = None
     """Largest value, included (log_uniform, uniform, int)."""
-    step: float | None = None
+    step: float | None = checked(None, check=POSITIVE.because("grid spacing; null: continuous"))
     """Grid spacing (uniform, int; int defaults to 1); null draws continuously."""
     log: bool = False
     """Draw an int in log space (int only; log_uniform is the float kind)."""
@@ -31,6 +31,7 @@ class SearchDimension:
     """The values of a categorical dimension: numbers, strings, booleans or null."""
 
     def __post_init__(self) -> None:
+        check_values(self)
         if self.kind == "categorical":
             if not self.choices:
                 raise ConfigError("a categorical dimension needs a non-empty `choices` list")
@@ -52,8 +53,6 @@ class SearchDimension:
             raise ConfigError("a log_uniform dimension takes no `step`")
         if self.kind == "int" and (self.low != int(self.low) or self.high != int(self.high)):
             raise ConfigError(f"an int dimension needs integer low and high, got {self.low} and {self.high}")
-        if self.step is not None and self.step <= 0:
-            raise ConfigError(f"step must be > 0 or null, got {self.step}")
 
 
 @dataclass
@@ -81,19 +80,16 @@ class TunePrunerConfig:
 
     name: Literal["median", "percentile", "successive_halving", "hyperband", "none"] = "median"
     """Optuna pruner: median, percentile, successive_halving, hyperband, or none."""
-    startup_trials: int = 2
+    startup_trials: int = checked(2, check=NON_NEGATIVE)
     """Trials that run to the end before median/percentile pruning starts."""
-    warmup_epochs: int = 0
+    warmup_epochs: int = checked(0, check=NON_NEGATIVE)
     """Intermediate values of a trial not judged by median/percentile pruning: its first epochs (the
     N-body controller: its first optimiser steps)."""
-    percentile: float = 25.0
+    percentile: float = checked(25.0, check=between(0.0, 100.0, open_low=True, open_high=True))
     """The percentile pruner keeps trials in the best `percentile` per cent."""
 
     def __post_init__(self) -> None:
-        if self.startup_trials < 0 or self.warmup_epochs < 0:
-            raise ConfigError("startup_trials and warmup_epochs must be >= 0")
-        if not 0 < self.percentile < 100:
-            raise ConfigError(f"percentile must be in (0, 100), got {self.percentile}")
+        check_values(self)
 
 
 @dataclass
@@ -117,21 +113,18 @@ class TuneConfig:
     """Study name; null uses the config file's name. `--study` overrides it."""
     storage: str | None = None
     """Optuna storage URL; null is SQLite in the study folder (STUDY/study.db). `--storage` overrides it."""
-    heartbeat: int = 10
+    heartbeat: int = checked(10, check=POSITIVE.because("seconds"))
     """Seconds between a running trial's heartbeats; a trial silent for twice as long (a killed
     process) is marked failed and retried by the next process that joins the study."""
-    retries: int = 1
+    retries: int = checked(1, check=NON_NEGATIVE)
     """Times a failed trial is retried with the same values (resuming its run from its last checkpoint)."""
     plots: bool = True
     """Write optimisation history, parameter importances and parallel coordinates as PNG."""
 
     def __post_init__(self) -> None:
+        check_values(self)
         if not self.objectives:
             raise ConfigError("objectives needs at least one {metric, direction} entry")
-        if self.heartbeat <= 0:
-            raise ConfigError(f"heartbeat must be > 0 seconds, got {self.heartbeat}")
-        if self.retries < 0:
-            raise ConfigError(f"retries must be >= 0, got {self.retries}")
         for key in self.space:
             if key.split(".")[0] == "tune":
                 raise ConfigError(f"space key {key!r}: the tune section itself cannot be tuned")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dynaforge.config.base import ConfigError
+from dynaforge.config.base import AT_LEAST_ONE, POSITIVE, between, check_values, checked
 
 
 @dataclass
@@ -17,22 +17,19 @@ class EnergyModelConfig:
 
     name: Literal["hopfield"] = "hopfield"
     """Which energy model (one of `dynaforge.models.hopfield.ENERGY_MODELS`)."""
-    inputs: int = 4
+    inputs: int = checked(4, check=AT_LEAST_ONE)
     """Clamped input units."""
-    hidden: int = 32
+    hidden: int = checked(32, check=AT_LEAST_ONE)
     """Hidden units."""
-    outputs: int = 2
+    outputs: int = checked(2, check=AT_LEAST_ONE)
     """Output units (the prediction is their state)."""
     activation: Literal["tanh", "sigmoid"] = "tanh"
     """rho, the units' activation."""
-    init_scale: float = 0.5
+    init_scale: float = checked(0.5, check=POSITIVE)
     """Initial weights are drawn N(0, init_scale^2 / fan_in): small enough for a unique, quickly reached fixed point."""
 
     def __post_init__(self) -> None:
-        if min(self.inputs, self.hidden, self.outputs) < 1:
-            raise ConfigError("inputs, hidden and outputs must all be >= 1")
-        if self.init_scale <= 0:
-            raise ConfigError(f"init_scale must be > 0, got {self.init_scale}")
+        check_values(self)
 
 
 @dataclass
@@ -40,18 +37,17 @@ class TeacherTaskConfig:
     """The task: fit the fixed points of a teacher network (an `EnergyModelConfig` network with its own
     seed and weight scale), inputs x ~ N(0, 1), targets the teacher's output units at its relaxed state."""
 
-    train_samples: int = 256
+    train_samples: int = checked(256, check=AT_LEAST_ONE)
     """Training inputs (fixed, drawn once from the seed)."""
-    val_samples: int = 128
+    val_samples: int = checked(128, check=AT_LEAST_ONE)
     """Validation inputs."""
-    teacher_scale: float = 1.0
+    teacher_scale: float = checked(1.0, check=POSITIVE)
     """The teacher's init_scale (larger: a harder, more nonlinear map)."""
     seed: int = 1234
     """Seeds the teacher's weights and the inputs."""
 
     def __post_init__(self) -> None:
-        if self.train_samples < 1 or self.val_samples < 1 or self.teacher_scale <= 0:
-            raise ConfigError("train_samples and val_samples must be >= 1, teacher_scale > 0")
+        check_values(self)
 
 
 @dataclass
@@ -74,29 +70,22 @@ class TwoPhaseConfig:
     """The energy-based model."""
     task: TeacherTaskConfig = field(default_factory=TeacherTaskConfig)
     """The task it learns."""
-    beta: float = 0.1
+    beta: float = checked(0.1, check=POSITIVE.because("the sign of the nudge is fixed by `nudging`"))
     """Nudging strength (> 0)."""
     nudging: Literal["symmetric", "one_sided"] = "symmetric"
     """`symmetric` (+beta and -beta phases; bias O(beta^2)) or `one_sided` (+beta only; bias O(beta))."""
-    free_steps: int = 40
+    free_steps: int = checked(40, check=AT_LEAST_ONE)
     """Relaxation steps of the free phase."""
-    nudged_steps: int = 20
+    nudged_steps: int = checked(20, check=AT_LEAST_ONE)
     """Relaxation steps of each nudged phase (from the free state)."""
-    step_size: float = 0.5
+    step_size: float = checked(0.5, check=POSITIVE)
     """Relaxation step size on the state."""
-    momentum: float = 0.0
+    momentum: float = checked(0.0, check=between(0.0, 1.0, open_high=True).because("momentum factor"))
     """Heavy-ball momentum of the relaxation (the state's velocity is part of the snapshot)."""
-    batch: int = 32
+    batch: int = checked(32, check=AT_LEAST_ONE)
     """Inputs per window."""
     dtype: Literal["float32", "float64"] = "float32"
     """Precision of the weights and the state."""
 
     def __post_init__(self) -> None:
-        if self.beta <= 0:
-            raise ConfigError(
-                f"beta must be > 0 (the sign of the nudge is fixed by `nudging`), got {self.beta}"
-            )
-        if self.free_steps < 1 or self.nudged_steps < 1 or self.batch < 1:
-            raise ConfigError("free_steps, nudged_steps and batch must be >= 1")
-        if self.step_size <= 0 or not 0 <= self.momentum < 1:
-            raise ConfigError("step_size must be > 0 and momentum in [0, 1)")
+        check_values(self)

@@ -87,7 +87,13 @@ def generate(
     if todo:
         total = sum(shard.size for shard in todo) * config.system.steps
         disabled = None if progress is None else not progress
-        with tqdm(total=total, unit="sample-step", unit_scale=True, disable=disabled, desc="generate") as bar:
-            for shard in todo:
-                write_shard(root, shard, config, system, device, on_steps=bar.update)
+        try:
+            with tqdm(
+                total=total, unit="sample-step", unit_scale=True, disable=disabled, desc="generate"
+            ) as bar:
+                for shard in todo:
+                    write_shard(root, shard, config, system, device, on_steps=bar.update)
+        except DatasetError:
+            update_manifest(root, config, system)  # a partial dataset: the shards finished so far are listed
+            raise
     return update_manifest(root, config, system)

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,12 @@ import dynaforge
 from dynaforge.atomic import atomic_path, atomic_write_json
 from dynaforge.config import (
     Config,
+    NBodyConfig,
+    RandomCNNConfig,
     config_differences,
     config_to_dict,
     config_to_yaml,
+    field_check,
     load_config,
     save_config,
 )
@@ -46,7 +50,7 @@ from dynaforge.store.format import (
     shard_record,
 )
 from dynaforge.store.stats import ChannelMoments, SampleMoments
-from dynaforge.systems.base import System
+from dynaforge.systems.base import SampleRows, System
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +116,16 @@ def shard_is_complete(root: Path, shard: ShardSpec) -> bool:
     if record.get("bytes") != file_path.stat().st_size or record.get("sha256") != file_sha256(file_path):
         log.warning("shard %s does not match its record (corrupt or modified); regenerating it", file_path)
         return False
+    if not record_is_finite(record):
+        log.warning("shard %s holds NaN or Inf (its record's moments); regenerating it", file_path)
+        return False
     return True
+
+
+def record_is_finite(record: dict[str, Any]) -> bool:
+    """Whether a shard record's moments are all finite (a shard holding NaN or Inf is never complete)."""
+    moments = record.get("moments", {})
+    return all(math.isfinite(v) for key in ("mean", "m2", "min", "max") for v in moments.get(key, []))
 
 
 def write_shard(
@@ -153,6 +166,7 @@ def write_shard(
                 with flush_denormals():  # subnormals cost ~100x (decaying fields); restored after each batch
                     wanted = Rows(shard.split, shard.start + lo, shard.start + hi, config.dataset.seed)
                     rows = system.sample_rows(wanted, device, on_steps)
+                check_finite(rows, wanted, system.parameter_names, config)
                 fields[lo:hi] = rows.fields
                 params[lo:hi] = rows.params
                 write_extras(h5, rows.extras, lo, hi, shard.size)
@@ -160,13 +174,7 @@ def write_shard(
                 hashes += [sample_sha256(f, p) for f, p in zip(rows.fields, rows.params, strict=True)]
             write_coordinates(h5, system, params[...])
             h5.create_dataset("time", data=rows.time)
-        merged = moments.merged()
-        written = shard_record(shard, tmp, merged.to_dict())
-    if not np.isfinite(merged.mean).all():
-        log.warning(
-            "shard %s holds non-finite values: the solver diverged (reduce dt or raise resolution)",
-            shard.file,
-        )
+        written = shard_record(shard, tmp, moments.merged().to_dict())
     record = {
         **written,
         "sample_moments": moments.to_dict(),
@@ -176,6 +184,46 @@ def write_shard(
     }
     atomic_write_json(root / shard.record, record)
     return record
+
+
+def check_finite(rows: SampleRows, wanted: Rows, names: tuple[str, ...], config: Config) -> None:
+    """Stop generation at the first sample of a batch holding NaN or Inf, before anything of its shard is
+    kept: a `DatasetError` naming the sample, its parameters and the likely cause."""
+    finite = np.isfinite(rows.fields.reshape(len(rows.fields), -1)).all(axis=1)
+    finite &= np.isfinite(rows.params).all(axis=1)
+    if finite.all():
+        return
+    row = int(np.flatnonzero(~finite)[0])
+    params = dict(zip(names, rows.params[row].tolist(), strict=True))
+    shown = ", ".join(f"{name}={value:.6g}" for name, value in params.items())
+    raise DatasetError(
+        f"sample {row + wanted.start} of the {wanted.split} split holds NaN or Inf (parameters: {shown or 'none'}): "
+        f"{non_finite_cause(config, params)}; nothing of its shard was kept"
+    )
+
+
+def non_finite_cause(config: Config, params: dict[str, float]) -> str:
+    """The likely reason a sample with these parameters diverged, and the fix."""
+    system = config.system
+    for name, value in params.items():
+        check = field_check(type(system), name)
+        if check is not None and not check.allows(value):
+            return (
+                f"system.{name}={value:.6g} is outside its physical range ({name} must be {check.describe()})"
+            )
+    if isinstance(system, NBodyConfig):
+        return (
+            f"system.dt={system.dt:g} may be too large for a close encounter; reduce system.dt, raise "
+            "system.softening or use system.control.kind=adaptive"
+        )
+    if isinstance(system, RandomCNNConfig):
+        return "the sampled operator diverged; lower system.space.weight_gain.high or system.space.residual_dt.high"
+    spacing = system.domain_length.high / system.resolution
+    return (
+        f"system.dt={system.dt:g} may be too large for the order-{system.order} ETDRK scheme at resolution "
+        f"{system.resolution} (grid spacing {spacing:.3g}; its nonlinear term is explicit); reduce system.dt "
+        "or raise system.resolution"
+    )
 
 
 def write_extras(h5: h5py.File, extras: dict[str, np.ndarray], lo: int, hi: int, size: int) -> None:
@@ -220,7 +268,7 @@ def update_manifest(root: Path, config: Config, system: System) -> dict[str, Any
             if path.exists() and (root / shard.file).exists():
                 with contextlib.suppress(json.JSONDecodeError):
                     record = json.loads(path.read_text())
-                    if record.get("bytes") == (root / shard.file).stat().st_size:
+                    if record.get("bytes") == (root / shard.file).stat().st_size and record_is_finite(record):
                         records[shard.file] = record
         complete = len(records) == len(shards)
         machines = []
