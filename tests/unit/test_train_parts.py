@@ -17,7 +17,7 @@ from dynaforge.config import (
     load_config,
 )
 from dynaforge.models import ModelInput, ModelShape, build_model
-from dynaforge.runs import load_checkpoint, save_checkpoint
+from dynaforge.runs import CheckpointError, load_checkpoint, save_checkpoint
 from dynaforge.train.log import WindowMeter
 from dynaforge.train.optim import build_optimizer, parameter_groups
 from dynaforge.train.schedule import build_scheduler, warmup_cosine_factor
@@ -40,8 +40,8 @@ def test_new_config_sections_round_trip_and_dispatch_models() -> None:
             "model.name=transformer",
             "unknown model model.name='transformer'; valid models: flow, fno, latent, unet",
         ),
-        ("train.lr=0", "'train': lr must be > 0"),
-        ("data.stride=0", "'data': stride must be >= 1"),
+        ("train.lr=0", "train.lr=0.0: lr must be > 0"),
+        ("data.stride=0", "data.stride=0: stride must be >= 1"),
         ("train.loss=l1", "train.loss='l1' is not valid; choose one of: mse, relative_l2"),
         ("evaluate.checkpoint=first", "evaluate.checkpoint='first' is not valid"),
         ("model.kernel_size=4", None),  # not a key of the default FNO section
@@ -113,7 +113,7 @@ def test_load_checkpoint_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="dynaforge train"):
         load_checkpoint(tmp_path / "missing.pt")
     torch.save({"weights": torch.zeros(1)}, tmp_path / "other.pt")
-    with pytest.raises(ValueError, match="not a dynaforge checkpoint"):
+    with pytest.raises(CheckpointError, match="not a dynaforge checkpoint"):
         load_checkpoint(tmp_path / "other.pt")
 
 
