@@ -95,10 +95,9 @@ def open_checked_model(path: Path) -> CheckedModel:
     """Read `path` once, check that it is a whole ONNX model written by `dynaforge export` whose metadata
     and weights match the checksum it was written with, and open those very bytes in onnxruntime."""
     try:
-        # lazy: optional extras (dynaforge[export]); onnx parses the file, protobuf comes with it
-        import onnx
-        import onnxruntime
-        from google.protobuf.message import DecodeError
+        import onnx  # lazy: an optional extra (dynaforge[export]); it parses the file to check it
+        import onnxruntime  # lazy: an optional extra (dynaforge[export])
+        from google.protobuf.message import DecodeError  # lazy: comes with onnx
     except ImportError as error:
         raise RunError(
             f"dynaforge rollout --onnx needs onnx and onnxruntime: pip install 'dynaforge[export]' ({error})"
