@@ -1,10 +1,11 @@
 """Trials whose process is gone: failed and retried by the next process that joins the study on that host.
 
 Each trial records the process running it as its `process` user attribute: the trial's number, the host
-name, the PID and, on Linux, the process's start (the boot id and the start time in clock ticks from
+name, the PID and, on Linux, its PID namespace and start (the boot id and the start time in clock ticks from
 /proc/PID/stat), so that a PID the system has since given to another process does not count as the trial's.
-A process joining the study fails every RUNNING trial of its own host whose process no longer exists and
-hands it to the study's retry callback at once; trials of other hosts are left to their heartbeat.
+A process joining the study fails every RUNNING trial of its own host and PID namespace whose process no
+longer exists and hands it to the study's retry callback at once; trials of other hosts (or of containers
+that share the host name but not the PIDs) are left to their heartbeat.
 
 A retry inherits its failed trial's user attributes, this record included; the record counts only for the
 trial whose number it carries, so a retry is judged by its own record once it writes one.
@@ -32,7 +33,21 @@ PROCESS_ATTR = "process"
 def this_process(trial_number: int) -> dict[str, Any]:
     """The record of the running process, for trial `trial_number`."""
     pid = os.getpid()
-    return {"trial": trial_number, "host": socket.gethostname(), "pid": pid, "started": process_start(pid)}
+    return {
+        "trial": trial_number,
+        "host": socket.gethostname(),
+        "namespace": pid_namespace(),
+        "pid": pid,
+        "started": process_start(pid),
+    }
+
+
+def pid_namespace() -> str | None:
+    """The PID namespace of this process (`pid:[INODE]`, Linux), or None where /proc does not tell."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
 
 
 def process_start(pid: int) -> str | None:
@@ -49,8 +64,8 @@ def process_start(pid: int) -> str | None:
 
 def process_is_gone(record: dict[str, Any]) -> bool:
     """True when `record` names a process of this host that no longer runs (or whose PID was reused)."""
-    if record.get("host") != socket.gethostname():
-        return False  # another machine's process: its heartbeat tells
+    if record.get("host") != socket.gethostname() or record.get("namespace") != pid_namespace():
+        return False  # another machine's (or container's) process: its heartbeat tells
     pid = int(record["pid"])
     try:
         os.kill(pid, 0)
