@@ -84,9 +84,7 @@ def test_study_is_killed_resumed_and_its_best_trial_evaluates(tmp_path: Path, ti
     states = {t.number: t.state for t in killed.trials}
     assert states[0] == states[1] == optuna.trial.TrialState.COMPLETE
     killed_mid_trial = states.get(2) == optuna.trial.TrialState.RUNNING
-    # The killed process's heartbeat must be older than the grace period (2 x tune.heartbeat) for the
-    # next process to declare its trial failed.
-    time.sleep(2.2)
+    # No wait for the heartbeat: the next process on this host sees that the trial's process is gone.
     assert main(["-q", *args]) == 0
 
     resumed = optuna.load_study(study_name="tiny_tune", storage=storage)

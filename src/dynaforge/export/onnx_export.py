@@ -14,7 +14,8 @@ FFT, which an FNO built with `spectral_transform: fft` needs (with the DFT-matri
 work; the weights are real tensors either way, so the graph has no complex parameters;
 benchmarks/onnx_export_fno.py records both exporters). The model file carries what a user of
 it needs in its metadata (`dynaforge` key, JSON): the kind, the model config and shape, the normalisation
-statistics, the input and output names, the opset.
+statistics, the input and output names, the opset; beside it (`dynaforge_sha256`) the SHA-256 of that
+metadata and the weights (`checksum.py`), which `dynaforge rollout` checks before using the file.
 
 Verification runs the file in onnxruntime and PyTorch on random inputs (a batch size other than the
 export example's, to exercise the dynamic axis) and real inputs (test windows of the dataset trained on;
@@ -43,6 +44,7 @@ from torch import Tensor, nn
 from dynaforge.atomic import atomic_path
 from dynaforge.data import Normalizer
 from dynaforge.errors import RunError
+from dynaforge.export.checksum import CHECKSUM_KEY, METADATA_KEY, model_checksum
 from dynaforge.models import ModelInput, ModelOutput, ModelShape, model_from_checkpoint
 from dynaforge.models.flow import FlowInput, FlowOutput
 from dynaforge.models.loading import CONTROLLER_KIND
@@ -388,8 +390,9 @@ def export_module(exportable: Exportable, out: Path) -> Path:
         raise ExportError(f"ONNX export failed: {type(error).__name__}: {first_line(error)}") from error
     assert program is not None
     model = program.model_proto
-    metadata = {**exportable.metadata, "opset": OPSET, "torch": torch.__version__}
-    onnx.helper.set_model_props(model, {"dynaforge": json.dumps(metadata)})
+    metadata = json.dumps({**exportable.metadata, "opset": OPSET, "torch": torch.__version__})
+    checksum = model_checksum(model, metadata)
+    onnx.helper.set_model_props(model, {METADATA_KEY: metadata, CHECKSUM_KEY: checksum})
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as temporary:
         onnx.save_model(model, str(temporary))

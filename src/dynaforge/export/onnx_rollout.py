@@ -1,7 +1,10 @@
 """`dynaforge rollout --onnx model.onnx --data DIR`: an exported surrogate rolled out with onnxruntime alone.
 
-This module imports onnxruntime, numpy and h5py and nothing of PyTorch (nor of the dynaforge modules that
-import it): it shows that an exported model is usable where PyTorch is not installed. It reads the dataset
+This module imports onnx, onnxruntime, numpy and h5py and nothing of PyTorch (nor of the dynaforge modules
+that import it): it shows that an exported model is usable where PyTorch is not installed. It trusts no
+model file: it reads the file once, refuses one that is damaged, foreign (no dynaforge metadata) or changed
+since export (its metadata and weights no longer match the checksum of `checksum.py`), and runs the bytes it
+checked. It refuses `--frames` and `--samples` beyond what the data holds rather than take fewer. It reads the dataset
 folder directly (docs/format.md: the manifest's complete shards of a split, `fields` channels last),
 normalises with the statistics stored in the model file, calls the model on its own predictions, and
 scores the physical predictions against the stored trajectories with PDEBench's nRMSE per predicted frame
@@ -19,6 +22,7 @@ import h5py
 import numpy as np
 
 from dynaforge.errors import RunError
+from dynaforge.export.checksum import CHECKSUM_KEY, METADATA_KEY, model_checksum
 
 EPS = 1e-12
 """Floor of a true frame's norm in the nRMSE denominator (as in dynaforge.metrics.fields)."""
@@ -41,23 +45,27 @@ def rollout_onnx(
     frames: int | None = None,
     samples: int | None = None,
 ) -> OnnxRollout:
-    """Roll out every trajectory of `split` (the first `samples`) for `frames` frames (default: all there are)."""
-    try:
-        import onnxruntime  # lazy: an optional extra (dynaforge[export]); the error names it
-    except ImportError as error:
-        raise RunError("dynaforge rollout --onnx needs onnxruntime: pip install onnxruntime") from error
-    if not Path(model).is_file():
-        raise RunError(f"{model} does not exist; write it with `dynaforge export RUN --out {model}`")
-    session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    meta = model_metadata(session, model)
+    """Roll out every trajectory of `split` (the first `samples`) for `frames` frames (default: all there are).
+
+    Asking for more frames or samples than the data holds is an error that names how many there are."""
+    check_counts(frames, samples)
+    session, meta = open_checked_model(Path(model))
     shape, stride = meta["model_shape"], int(meta.get("stride", 1))
     history, horizon = int(shape["history"]), int(shape["horizon"])
-    trajectories = read_split(Path(data), split, samples)[:, ::stride]  # (N, T, C, *space)
+    stored = read_split(Path(data), split, samples)  # (N, T, C, *space)
+    trajectories = stored[:, ::stride]
     check_grid(trajectories, meta, data)
     available = trajectories.shape[1] - history
     if available < 1:
         raise RunError(f"{data}: trajectories of {trajectories.shape[1]} frames leave nothing to predict")
-    frames = available if frames is None else min(frames, available)
+    if frames is not None and frames > available:
+        strided = f", {trajectories.shape[1]} at the model's stride {stride}" if stride > 1 else ""
+        raise RunError(
+            f"--frames {frames} is beyond the data: {data} holds {stored.shape[1]} frames per trajectory"
+            f"{strided}, of which the model reads {history} as history, leaving {available} to predict; "
+            f"pass --frames {available} or fewer"
+        )
+    frames = available if frames is None else frames
     mean, std = normalisation(meta, trajectories.ndim - 3)
     window = (trajectories[:, :history] - mean) / std
     predicted = []
@@ -70,17 +78,85 @@ def rollout_onnx(
     return OnnxRollout(nrmse_per_frame(physical, truth), physical, truth, trajectories.shape[0])
 
 
-def model_metadata(session: Any, model: str | Path) -> dict[str, Any]:
-    properties = session.get_modelmeta().custom_metadata_map
-    if "dynaforge" not in properties:
-        raise RunError(f"{model} was not written by `dynaforge export` (no dynaforge metadata)")
-    meta = json.loads(properties["dynaforge"])
-    if meta.get("kind") != "surrogate":
+def check_counts(frames: int | None, samples: int | None) -> None:
+    for flag, value in (("--frames", frames), ("--samples", samples)):
+        if value is not None and value < 1:
+            raise RunError(f"{flag} must be at least 1, got {value}; leave it out to take all there are")
+
+
+class CheckedModel(NamedTuple):
+    session: Any
+    """An onnxruntime.InferenceSession of the checked bytes."""
+    metadata: dict[str, Any]
+    """The `dynaforge` metadata written by `dynaforge export`."""
+
+
+def open_checked_model(path: Path) -> CheckedModel:
+    """Read `path` once, check that it is a whole ONNX model written by `dynaforge export` whose metadata
+    and weights match the checksum it was written with, and open those very bytes in onnxruntime."""
+    try:
+        import onnx  # lazy: an optional extra (dynaforge[export]); it parses the file to check it
+        import onnxruntime  # lazy: an optional extra (dynaforge[export])
+        from google.protobuf.message import DecodeError  # lazy: comes with onnx
+    except ImportError as error:
         raise RunError(
-            f"{model} holds a {meta.get('kind')}, not a field surrogate; rollout needs a model exported from "
-            "a `dynaforge train` run"
+            f"dynaforge rollout --onnx needs onnx and onnxruntime: pip install 'dynaforge[export]' ({error})"
+        ) from error
+    if not path.is_file():
+        raise RunError(f"{path} does not exist; write it with `dynaforge export RUN --out {path}`")
+    content = path.read_bytes()
+    try:
+        proto = onnx.load_from_string(content)
+    except DecodeError as error:
+        raise damaged(path, f"not a readable ONNX protobuf: {error}") from error
+    if not proto.HasField("graph") or proto.ir_version == 0:
+        raise damaged(path, "no model graph in it" if content else "an empty file")
+    metadata = check_checksum(proto, path)
+    try:
+        session = onnxruntime.InferenceSession(content, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime raises its own error types for every kind of bad graph
+        raise damaged(path, f"onnxruntime cannot load it: {first_line(error)}") from error
+    return CheckedModel(session, metadata)
+
+
+def check_checksum(proto: Any, path: Path) -> dict[str, Any]:
+    """The dynaforge metadata of the parsed model `proto`, once its checksum matches (else a RunError)."""
+    properties = {entry.key: entry.value for entry in proto.metadata_props}
+    reexport = f"re-export it with `dynaforge export RUN --out {path}`"
+    if METADATA_KEY not in properties:
+        raise RunError(
+            f"{path} was not written by `dynaforge export` (no dynaforge metadata); rollout runs models "
+            f"exported from a dynaforge run: `dynaforge export RUN --out {path}`"
         )
-    return meta
+    if CHECKSUM_KEY not in properties:
+        raise RunError(
+            f"{path} carries no checksum of its weights (an export of an older dynaforge); {reexport}"
+        )
+    try:
+        actual = model_checksum(proto, properties[METADATA_KEY])
+        metadata = json.loads(properties[METADATA_KEY])
+    except (ValueError, TypeError) as error:  # tensors whose bytes do not fit their dims, broken JSON
+        raise damaged(path, f"its weights or metadata cannot be read: {first_line(error)}") from error
+    if actual != properties[CHECKSUM_KEY]:
+        raise RunError(
+            f"{path} was modified after export: its weights or metadata do not match the checksum written "
+            f"with them; {reexport}"
+        )
+    if metadata.get("kind") != "surrogate":
+        raise RunError(
+            f"{path} holds a {metadata.get('kind')}, not a field surrogate; rollout needs a model exported "
+            "from a `dynaforge train` run"
+        )
+    return metadata
+
+
+def damaged(path: Path, reason: str) -> RunError:
+    return RunError(f"{path} is damaged ({reason}); re-export it with `dynaforge export RUN --out {path}`")
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 def read_split(root: Path, split: str, samples: int | None) -> np.ndarray:
@@ -109,6 +185,11 @@ def read_split(root: Path, split: str, samples: int | None) -> np.ndarray:
         count += parts[-1].shape[0]
         if samples is not None and count >= samples:
             break
+    if samples is not None and count < samples:
+        raise RunError(
+            f"--samples {samples} is beyond the data: the {split} split of {root} holds {count} "
+            f"trajectories; pass --samples {count} or fewer"
+        )
     fields = np.concatenate(parts).astype(np.float32)  # (N, T, *space, C)
     return np.ascontiguousarray(np.moveaxis(fields, -1, 2))
 

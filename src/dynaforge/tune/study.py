@@ -11,9 +11,11 @@ STUDY/summary.md, .json  trial counts by state, the best trial(s), their values 
 `--trials N` is the number of finished (complete or pruned) trials the study should hold: a process runs
 trials until the study has N, so a study that was interrupted resumes where it stopped when the same
 command is run again, and several processes (on one machine or several sharing a database) can work on one
-study at once. A running trial sends a heartbeat every `tune.heartbeat` seconds; one that stops (a killed
-process) is marked failed by the next process that starts a trial, and retried `tune.retries` times with
-the same values, continuing its run folder from its last checkpoint.
+study at once. A failed trial is retried `tune.retries` times with the same values, continuing its run
+folder from its last checkpoint. A trial whose process was killed is failed (and so retried) by the next
+process that joins the study: at once on the killed process's own host, where the trial's recorded PID and
+process start show that the process is gone (`processes.py`); on other hosts once its heartbeat, sent every
+`tune.heartbeat` seconds, is twice that old (as the next process starts a trial).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dynaforge.generate import generate
 from dynaforge.pipeline import dataset_is_complete
 from dynaforge.runs import check_same_run
 from dynaforge.tune.folder import StudyFolder, optuna_warnings_quiet, study_folder
+from dynaforge.tune.processes import PROCESS_ATTR, fail_trials_of_gone_processes, this_process
 from dynaforge.tune.report import write_outputs
 from dynaforge.tune.space import DATA_SECTIONS, check_space, config_with_values, suggest
 from dynaforge.tune.trials import (
@@ -86,6 +89,8 @@ def run_study(
         claim_folder(folder, config)
         data_root = None if is_controller(config) else prepare_data(config, folder, data, progress)
         study = open_study(config, folder, study_name, storage or config.tune.storage)
+        with optuna_warnings_quiet():
+            fail_trials_of_gone_processes(study, retry_callback(config))
     finished = count_finished(study)
     if finished < trials:
         log.info("study %s: %d of %d trials finished; running the rest", study_name, finished, trials)
@@ -148,9 +153,7 @@ def open_study(config: Config, folder: StudyFolder, name: str, storage_url: str 
             engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None,
             heartbeat_interval=tune.heartbeat,
             grace_period=2 * tune.heartbeat,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
-                max_retry=tune.retries, inherit_intermediate_values=True
-            ),
+            heartbeat_stale_trial_callback=retry_callback(config),
         )
         directions = [o.direction for o in tune.objectives]
         study = optuna.create_study(
@@ -168,6 +171,15 @@ def open_study(config: Config, folder: StudyFolder, name: str, storage_url: str 
     study.sampler = build_sampler(tune.sampler, tune.seed + 1000 * arrival, len(directions))
     study.pruner = build_pruner(config)
     return study
+
+
+def retry_callback(config: Config) -> RetryHeartbeatStaleTrialCallback:
+    """What happens to a trial failed for its process: a WAITING copy with its values and reports, up to
+    `tune.retries` times."""
+    with optuna_warnings_quiet():
+        return RetryHeartbeatStaleTrialCallback(
+            max_retry=config.tune.retries, inherit_intermediate_values=True
+        )
 
 
 def build_sampler(name: str, seed: int, objectives: int) -> optuna.samplers.BaseSampler:
@@ -212,6 +224,7 @@ def run_trial(
     trial: optuna.Trial, config: Config, folder: StudyFolder, data: Path | None, study_name: str
 ) -> float | list[float]:
     """The objective: draw the values, train the trial's config, return its objective value(s)."""
+    trial.set_user_attr(PROCESS_ATTR, this_process(trial.number))  # first: a killed trial is known at once
     values = suggest(trial, config.tune.space)
     root = root_trial_number(trial)
     trial_config = config_for_trial(config_with_values(config, values), study_name, root)
