@@ -114,8 +114,9 @@ class TuneConfig:
     storage: str | None = None
     """Optuna storage URL; null is SQLite in the study folder (STUDY/study.db). `--storage` overrides it."""
     heartbeat: int = checked(10, check=POSITIVE.because("seconds"))
-    """Seconds between a running trial's heartbeats; a trial silent for twice as long (a killed
-    process) is marked failed and retried by the next process that joins the study."""
+    """Seconds between a running trial's heartbeats. A trial whose process died on this host is marked
+    failed and retried at once by the next `dynaforge tune` here; one from another host, once it has
+    been silent for twice as long."""
     retries: int = checked(1, check=NON_NEGATIVE)
     """Times a failed trial is retried with the same values (resuming its run from its last checkpoint)."""
     plots: bool = True
