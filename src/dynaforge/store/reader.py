@@ -109,8 +109,8 @@ class DatasetFolder:
         return records
 
     def checksum_problem(self, record: dict[str, Any]) -> str | None:
-        """The shard's SHA-256 against its record, hashed the first time this object reads the shard (a few
-        milliseconds per megabyte; docs/format.md)."""
+        """The shard's SHA-256 against its record, hashed the first time this object reads the shard (one
+        pass over its bytes; the cost is measured in docs/format.md)."""
         if record["file"] in self.verified:
             return None
         path = self.root / record["file"]

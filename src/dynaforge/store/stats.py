@@ -20,8 +20,8 @@ STATS_RTOL = 1e-9
 """How far the manifest's mean and std may lie from those recomputed from the shard records, relative to the
 channel's scale (the larger of |mean| and std). A generated folder recomputes to the same bits; a converted
 one merges the same values in other groups (chunks of 64 samples for the manifest, shards for the records),
-which moves the last few bits only (docs/format.md, "Statistics"). An edited or stale value is off by
-orders of magnitude more."""
+which moves the last few bits only (measured in docs/format.md, "Checks made by readers"). An edited or
+stale value is off by orders of magnitude more."""
 
 
 @dataclass
