@@ -43,7 +43,9 @@ def unchanged(before: dict[str, str], root: Path) -> None:
 def tiny_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """configs/tiny.yaml trained for 2 epochs on `tiny_data` (best.pt and last.pt)."""
     run = tmp_path_factory.mktemp("faults-run") / "run"
-    run_cli("train", str(CONFIGS / "tiny.yaml"), "train.epochs=2", "--data", str(tiny_data), "--out", str(run))
+    run_cli(
+        "train", str(CONFIGS / "tiny.yaml"), "train.epochs=2", "--data", str(tiny_data), "--out", str(run)
+    )
     return run
 
 
