@@ -72,9 +72,10 @@ def check_real_valued(dataset: h5py.Dataset) -> None:
     kind = dataset.dtype.kind
     if kind in "fiu":
         return
+    name = dataset.name.rsplit("/", 1)[-1]
     what = "complex-valued" if kind == "c" else f"of dtype {dataset.dtype}"
     fix = (
-        "store its real and imaginary parts as two real fields (e.g. `NAME_re`, `NAME_im`) and convert that"
+        f"store its real and imaginary parts as two real fields (e.g. `{name}_re`, `{name}_im`) and convert that"
         if kind == "c"
         else "store it as floating point"
     )
