@@ -56,6 +56,7 @@ def convert(
         raise DatasetError(f"--shard-size must be >= 1, got {shard_size}")
     dataset = ForeignDataset(path, format=format, fractions=fractions)
     root = Path(out)
+    check_train_split(dataset, root)
     source = dataset.source() | {"sha256": file_sha256(dataset.root), "bytes": dataset.root.stat().st_size}
     identity = {"source": {k: source[k] for k in ("format", "layout", "name", "sha256", "fractions")}}
     existing = prepare_folder(root, identity)
@@ -83,6 +84,22 @@ def convert(
     atomic_write_json(root / MANIFEST, manifest)
     (root / MARKER).unlink(missing_ok=True)
     return manifest
+
+
+def check_train_split(dataset: ForeignDataset, out: Path) -> None:
+    """Refuse, before anything is written, a conversion whose train split would be empty: the folder would
+    have no normalisation statistics, and `dynaforge inspect` and every reader would refuse it."""
+    if dataset.split_size("train") > 0:
+        return
+    if dataset.layout.n_samples == 0:
+        raise DatasetError(f"{dataset.root} holds no samples; nothing was written")
+    sizes = ", ".join(f"{split} {dataset.split_size(split)}" for split in SPLITS)
+    fractions = ",".join(f"{f:g}" for f in dataset.fractions)
+    raise DatasetError(
+        f"{dataset.root}: --splits {fractions} leaves the train split of its {dataset.layout.n_samples} "
+        f"sample(s) empty ({sizes}); nothing was written. Give train a share that holds a sample, e.g. "
+        f"`dynaforge convert {dataset.root} --out {out} --splits 1,0,0`"
+    )
 
 
 def prepare_folder(root: Path, identity: dict[str, Any]) -> dict[str, Any] | None:

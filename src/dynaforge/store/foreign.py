@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 import h5py
 import numpy as np
 
+from dynaforge.store.format import DatasetError
+
 
 class ForeignLayout(NamedTuple):
     """The shape and metadata of a foreign file's trajectories."""
@@ -62,3 +64,22 @@ def string_list(value: Any) -> list[str]:
     if isinstance(value, str | bytes):
         return [decode(value)]
     return [decode(v) for v in np.asarray(value).ravel()]
+
+
+def check_real_valued(dataset: h5py.Dataset) -> None:
+    """Refuse a field that is not real numbers: casting complex values to float32 would silently keep the
+    real part, and dynaforge's channels, statistics and metrics are defined for real fields only."""
+    kind = dataset.dtype.kind
+    if kind in "fiu":
+        return
+    name = dataset.name.rsplit("/", 1)[-1]
+    what = "complex-valued" if kind == "c" else f"of dtype {dataset.dtype}"
+    fix = (
+        f"store its real and imaginary parts as two real fields (e.g. `{name}_re`, `{name}_im`) and convert that"
+        if kind == "c"
+        else "store it as floating point"
+    )
+    raise DatasetError(
+        f"{dataset.file.filename}: field `{dataset.name.lstrip('/')}` is {what} ({dataset.dtype}); dynaforge "
+        f"reads real fields only: {fix}"
+    )

@@ -26,7 +26,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from dynaforge.store.foreign import ForeignFormat, ForeignLayout
+from dynaforge.store.foreign import ForeignFormat, ForeignLayout, check_real_valued
 from dynaforge.store.format import AXIS_NAMES, DatasetError
 
 CFD_FIELDS = ("density", "pressure", "Vx", "Vy", "Vz")
@@ -96,6 +96,7 @@ def describe_arrays(h5: h5py.File, stem: str, layout: str, names: tuple[str, ...
     if len(shape) < 3:
         raise DatasetError(f"{h5.filename}: `{names[0]}` is {shape}, expected [samples, time, x(, y, z)]")
     for name in names:
+        check_real_valued(h5[name])
         if h5[name].shape != shape:
             raise DatasetError(f"{h5.filename}: `{name}` is {h5[name].shape} but `{names[0]}` is {shape}")
     space = tuple(int(n) for n in shape[2:])
@@ -119,6 +120,7 @@ def describe_arrays(h5: h5py.File, stem: str, layout: str, names: tuple[str, ...
 
 def describe_groups(h5: h5py.File, stem: str, groups: list[str]) -> ForeignLayout:
     first = h5[groups[0]]
+    check_real_valued(first["data"])
     shape = first["data"].shape  # (T, *space, C)
     if len(shape) < 3:
         raise DatasetError(f"{h5.filename}: `{groups[0]}/data` is {shape}, expected [time, x(, y), channels]")

@@ -1,8 +1,15 @@
-"""Read a dataset folder. Only shards the manifest lists as complete, with matching sizes, are read."""
+"""Read a dataset folder, trusting nothing on disk (docs/format.md, "Checks made by readers").
+
+Opening a folder checks the manifest against the shard records (complete flags, sample counts, statistics)
+and every listed shard's presence and size; reading a shard checks its SHA-256 against its record the first
+time and its arrays' shapes against the manifest every time. Any disagreement is a `DatasetError` that
+names the file or key and the fix.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +18,21 @@ import numpy as np
 
 from dynaforge.config import Config, ConfigError, load_config
 from dynaforge.seeds import SPLITS
-from dynaforge.store.format import AXIS_NAMES, CONFIG, FORMAT_VERSION, MANIFEST, DatasetError, SplitArrays
+from dynaforge.store.format import (
+    AXIS_NAMES,
+    CONFIG,
+    FORMAT_VERSION,
+    MANIFEST,
+    DatasetError,
+    SplitArrays,
+    file_sha256,
+)
 from dynaforge.store.interop import ForeignDataset
+from dynaforge.store.stats import records_to_statistics, statistics_disagreement
 
 
 class DatasetFolder:
-    """A complete, trusted dataset folder (see docs/format.md).
+    """A complete dataset folder whose manifest agrees with its shards (see docs/format.md).
 
     `root` may also be a PDEBench or The Well HDF5 file: it is then read through
     `dynaforge.store.interop.ForeignDataset` (default splits), which gives the same splits, arrays and
@@ -37,6 +53,15 @@ class DatasetFolder:
                 f"{self.root} is incomplete ({done} of {len(self.manifest['shards'])} shards done); "
                 f"finish it with `dynaforge generate {self.root / CONFIG} --out {self.root}`"
             )
+        problems = manifest_problems(self.root, self.manifest) + [
+            problem
+            for record in self.manifest["shards"]
+            if (problem := shard_file_problem(self.root, record))
+        ]
+        if problems:
+            raise DatasetError(f"{problems[0]}; {repair_hint(self.root, self.manifest)}")
+        self.verified: set[str] = set()
+        """Shards whose SHA-256 matched their record when this object first read them."""
 
     @property
     def config(self) -> Config:
@@ -49,9 +74,13 @@ class DatasetFolder:
 
     @property
     def stats(self) -> dict[str, Any]:
-        if self.foreign is not None:
-            return self.foreign.stats
-        return self.manifest["stats"]
+        stats = self.foreign.stats if self.foreign is not None else self.manifest.get("stats")
+        if stats is None:
+            raise DatasetError(
+                f"{self.root} has no normalisation statistics: its train split is empty; "
+                "make one with dataset.n_train > 0 (or --splits with a train share)"
+            )
+        return stats
 
     @property
     def system(self) -> str:
@@ -65,22 +94,33 @@ class DatasetFolder:
             raise DatasetError(f"{self.root} is a {self.foreign.format} file, not a folder of shards")
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
-        paths = []
-        for record in sorted(
+        return [self.root / record["file"] for record in self.split_records(split)]
+
+    def split_records(self, split: str) -> list[dict[str, Any]]:
+        """The split's shard records in sample order, each shard present, of its size and (checked once)
+        of its SHA-256."""
+        records = sorted(
             (s for s in self.manifest["shards"] if s["split"] == split), key=lambda s: s["start"]
-        ):
-            path = self.root / record["file"]
-            if not path.exists():
-                raise DatasetError(
-                    f"{path} is listed in the manifest but missing; run `dynaforge inspect {self.root}`"
-                )
-            if path.stat().st_size != record["bytes"]:
-                raise DatasetError(
-                    f"{path} has {path.stat().st_size} bytes but the manifest records {record['bytes']}: "
-                    f"truncated or modified; run `dynaforge inspect {self.root}` and regenerate"
-                )
-            paths.append(path)
-        return paths
+        )
+        for record in records:
+            problem = shard_file_problem(self.root, record) or self.checksum_problem(record)
+            if problem:
+                raise DatasetError(f"{problem}; {repair_hint(self.root, self.manifest)}")
+        return records
+
+    def checksum_problem(self, record: dict[str, Any]) -> str | None:
+        """The shard's SHA-256 against its record, hashed the first time this object reads the shard (one
+        pass over its bytes; the cost is measured in docs/format.md)."""
+        if record["file"] in self.verified:
+            return None
+        path = self.root / record["file"]
+        if file_sha256(path) != record.get("sha256"):
+            return (
+                f"{path}: its SHA-256 differs from the one {self.root / MANIFEST} records for it "
+                "(the file was modified or damaged after it was written)"
+            )
+        self.verified.add(record["file"])
+        return None
 
     def read_split(self, split: str) -> SplitArrays:
         if self.foreign is not None:
@@ -88,8 +128,11 @@ class DatasetFolder:
         parts: dict[str, list[np.ndarray]] = {"fields": [], "params": [], "seeds": []}
         coords: dict[str, list[np.ndarray]] = {}
         time, names = None, None
-        for path in self.shard_paths(split):
+        for record in self.split_records(split):
+            path = self.root / record["file"]
             with h5py.File(path, "r") as h5:
+                if problem := shard_shape_problem(path, h5, record, self.manifest["shape"]):
+                    raise DatasetError(f"{problem}; {repair_hint(self.root, self.manifest)}")
                 for key in parts:
                     parts[key].append(h5[key][...])
                 for axis in [str(a) for a in h5.attrs.get("axis_names", AXIS_NAMES)]:
@@ -136,6 +179,94 @@ def read_manifest(root: Path) -> dict[str, Any]:
             f"{path} has format version {version}; this dynaforge reads version {FORMAT_VERSION}"
         )
     return manifest
+
+
+def manifest_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
+    """Where a complete manifest disagrees with its own shard records: a split whose records do not tile
+    [0, n_samples) or whose `n_shards` differs; statistics missing, of the wrong count, or unlike what the
+    train records' moments give. Cheap (no shard is opened); shared with `inspect`."""
+    path = root / MANIFEST
+    problems = []
+    records = manifest.get("shards", [])
+    for split, planned in manifest.get("splits", {}).items():
+        spans = sorted((r["start"], r["stop"]) for r in records if r["split"] == split)
+        held = sum(stop - start for start, stop in spans)
+        tiled = [start for start, _ in spans] == [0, *(stop for _, stop in spans)][: len(spans)]
+        if planned.get("n_samples") != held or not tiled:
+            problems.append(
+                f"{path}: splits.{split}.n_samples is {planned.get('n_samples')} but the {split} shard "
+                f"records hold {held} samples ({', '.join(f'[{a}, {b})' for a, b in spans) or 'none'})"
+            )
+        elif planned.get("n_shards", len(spans)) != len(spans):
+            problems.append(
+                f"{path}: splits.{split}.n_shards is {planned.get('n_shards')} but {len(spans)} are listed"
+            )
+    if not all(record.get("complete") for record in records):
+        return problems  # an unfinished shard has no moments yet
+    recomputed = records_to_statistics(records)
+    stored = manifest.get("stats")
+    if recomputed is None:
+        return problems
+    if not stored:
+        problems.append(f"{path}: stats missing although the train split holds samples")
+    elif disagreement := statistics_disagreement(stored, recomputed):
+        problems.append(f"{path}: {disagreement} (edited, or stale)")
+    elif not problems:
+        shape = manifest["shape"]
+        values = manifest["splits"]["train"]["n_samples"] * shape["frames"] * math.prod(shape["space"])
+        if recomputed["count"] != values or len(recomputed["mean"]) != shape["channels"]:
+            problems.append(
+                f"{path}: the train statistics count {recomputed['count']} values of "
+                f"{len(recomputed['mean'])} channel(s) but shape says {values} of {shape['channels']}"
+            )
+    return problems
+
+
+def shard_file_problem(root: Path, record: dict[str, Any]) -> str | None:
+    """A listed shard that is not complete, missing, or of another size than its record says (a `stat`)."""
+    path = root / record["file"]
+    if not record.get("complete"):
+        return f"{path} is not complete in {root / MANIFEST} (generation unfinished)"
+    if not path.is_file():
+        return f"{path} is listed in {root / MANIFEST} but missing"
+    if path.stat().st_size != record["bytes"]:
+        return (
+            f"{path} has {path.stat().st_size} bytes but {root / MANIFEST} records {record['bytes']} "
+            "(truncated or modified)"
+        )
+    return None
+
+
+def shard_shape_problem(
+    path: Path, h5: h5py.File, record: dict[str, Any], shape: dict[str, Any]
+) -> str | None:
+    """A shard whose `fields` or `params` do not have the shape and dtype its record and the manifest's
+    `shape` describe (HDF5 metadata only)."""
+    if "fields" not in h5 or "params" not in h5:
+        return f"{path} has no `fields` or `params` dataset"
+    n = record["stop"] - record["start"]
+    expected = (n, shape["frames"], *shape["space"], shape["channels"])
+    fields = h5["fields"]
+    if fields.shape != expected or fields.dtype != np.float32:
+        return f"{path}: fields is {fields.dtype}{fields.shape}, the manifest asks for float32{expected}"
+    if h5["params"].shape[:1] != (n,):
+        return f"{path}: params has {h5['params'].shape[:1]} rows for {n} samples"
+    return None
+
+
+def repair_hint(root: Path, manifest: dict[str, Any]) -> str:
+    """What to run to see every problem of `root` and to make it whole again."""
+    source = manifest.get("source")
+    if source:
+        return (
+            f"run `dynaforge inspect {root}`; convert {source.get('file')} again into a new folder with "
+            f"`dynaforge convert {source.get('file')} --out NEW_DIR`"
+        )
+    return (
+        f"run `dynaforge inspect {root}`; regenerate with "
+        f"`dynaforge generate {root / CONFIG} --out {root}` (it rebuilds damaged shards from their seeds "
+        "and the manifest from the shard records)"
+    )
 
 
 def load_initial_from_store(

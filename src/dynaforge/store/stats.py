@@ -12,8 +12,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
+
+STATS_RTOL = 1e-9
+"""How far the manifest's mean and std may lie from those recomputed from the shard records, relative to the
+channel's scale (the larger of |mean| and std). A generated folder recomputes to the same bits; a converted
+one merges the same values in other groups (chunks of 64 samples for the manifest, shards for the records),
+which moves the last few bits only (measured in docs/format.md, "Checks made by readers"). An edited or
+stale value is off by orders of magnitude more."""
 
 
 @dataclass
@@ -135,3 +143,41 @@ def sample_moments(sample: np.ndarray) -> tuple[list[float], list[float], list[f
     deviations = channels - (sums / channels.shape[1])[:, None]
     m2 = (deviations * deviations).sum(axis=1)
     return sums.tolist(), m2.tolist(), channels.min(axis=1).tolist(), channels.max(axis=1).tolist()
+
+
+def records_to_statistics(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Normalisation statistics of the train split from its shard records, in shard order: merged from the
+    samples' own moments in index order (the same bytes however the split was sharded), or shard by shard
+    for records without them (older datasets, converted files). None when the train split is empty."""
+    train = [record for record in records if record["split"] == "train"]
+    if train and all("sample_moments" in record for record in train):
+        samples = SampleMoments.empty()
+        for record in train:
+            samples = samples.extended(SampleMoments(**record["sample_moments"]))
+        moments = samples.merged()
+    else:
+        moments = ChannelMoments(0, [], [], [], [])
+        for record in train:
+            moments = moments.merge(ChannelMoments(**record["moments"]))
+    return moments.summary() if moments.count else None
+
+
+def statistics_disagreement(stored: dict[str, Any], recomputed: dict[str, Any]) -> str | None:
+    """Where the manifest's statistics `stored` disagree with `recomputed` from the records (`stats.KEY[c]
+    is A but the records give B`), or None. Count, min and max must be equal (exact in any grouping); mean
+    and std within STATS_RTOL of the channel's scale."""
+    if stored.get("count") != recomputed["count"]:
+        return f"stats.count is {stored.get('count')} but the records give {recomputed['count']}"
+    channels = len(recomputed["mean"])
+    for key in ("mean", "std", "min", "max"):
+        values = stored.get(key)
+        if not isinstance(values, list) or len(values) != channels:
+            return f"stats.{key} is {values!r}; the records give {channels} channel(s): {recomputed[key]}"
+    for c in range(channels):
+        scale = max(abs(recomputed["mean"][c]), recomputed["std"][c], np.finfo(np.float64).tiny)
+        for key in ("mean", "std", "min", "max"):
+            value, expected = stored[key][c], recomputed[key][c]
+            tolerance = STATS_RTOL * scale if key in ("mean", "std") else 0.0
+            if not isinstance(value, int | float) or not abs(value - expected) <= tolerance:
+                return f"stats.{key}[{c}] is {value!r} but the train shards' records give {expected!r}"
+    return None

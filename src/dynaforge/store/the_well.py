@@ -30,7 +30,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from dynaforge.store.foreign import ForeignFormat, ForeignLayout, decode, string_list
+from dynaforge.store.foreign import ForeignFormat, ForeignLayout, check_real_valued, decode, string_list
 from dynaforge.store.format import AXIS_NAMES, DatasetError
 
 FIELD_GROUPS = ("t0_fields", "t1_fields", "t2_fields")
@@ -87,6 +87,7 @@ def describe(h5: h5py.File, stem: str) -> ForeignLayout:
             if not flag(dataset, "time_varying"):
                 constant.append(f"{group_name}/{name}")
                 continue
+            check_real_valued(dataset)
             varying = np.asarray(dataset.attrs.get("dim_varying", [True] * n_dims), dtype=bool).ravel()
             leading = int(flag(dataset, "sample_varying")) + 1 + int(varying.sum())
             trailing = dataset.shape[leading:]
