@@ -13,6 +13,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
 from dynaforge.store.the_well import write_well_file
 from tests.conftest import CONFIGS, run_cli
@@ -35,8 +36,12 @@ def edit_manifest(root: Path, edit: dict[str, object]) -> None:
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 
-def test_train_refuses_a_shard_whose_fields_bytes_were_flipped(data_copy: Path, tmp_path: Path) -> None:
-    shard = data_copy / "train" / "shard-00001.h5"
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_train_refuses_a_shard_whose_fields_bytes_were_flipped(
+    data_copy: Path, tmp_path: Path, split: str
+) -> None:
+    """A damaged test shard too: a folder `inspect` calls invalid is never trained on."""
+    shard = sorted((data_copy / split).glob("shard-*.h5"))[-1]
     with h5py.File(shard, "r") as h5:
         offset = h5["fields"].id.get_chunk_info(1).byte_offset  # sample 1's chunk
     data = bytearray(shard.read_bytes())

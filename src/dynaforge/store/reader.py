@@ -108,6 +108,14 @@ class DatasetFolder:
                 raise DatasetError(f"{problem}; {repair_hint(self.root, self.manifest)}")
         return records
 
+    def verify_shards(self) -> None:
+        """Every shard of every split present, of its size and of its SHA-256: what training checks before it
+        starts, so that a folder `inspect` would call invalid is never trained on (its test split
+        included). A file of another tool has no shard records: nothing to check."""
+        if self.foreign is None:
+            for split in SPLITS:
+                self.split_records(split)
+
     def checksum_problem(self, record: dict[str, Any]) -> str | None:
         """The shard's SHA-256 against its record, hashed the first time this object reads the shard (one
         pass over its bytes; the cost is measured in docs/format.md)."""

@@ -59,6 +59,7 @@ class WindowTask:
     def setup(self, context: EngineContext) -> None:
         self.context = context
         dataset = DatasetFolder(self.data_root)
+        dataset.verify_shards()
         check_config_matches_data(self.config, dataset)
         self.identity = data_identity(dataset)
         self.fingerprint = data_fingerprint(dataset)
