@@ -5,6 +5,7 @@ RUN/metrics.jsonl          one JSON line per logging window and per epoch
 RUN/checkpoints/last.pt    after every epoch
 RUN/checkpoints/best.pt    the epoch with the lowest validation loss
 RUN/eval/metrics.json      after `dynaforge evaluate`, with plots and report.html
+RUN/eval-NAME/             the same for `dynaforge evaluate --data NAME` on data other than the run's own
 
 Checkpoints hold plain data only (tensors, numbers, strings, lists, dicts), so they load with
 `torch.load(..., weights_only=True)`, and are written atomically (a killed writer never leaves a partial
