@@ -49,7 +49,7 @@ from dynaforge.store.format import (
     sample_sha256,
     shard_record,
 )
-from dynaforge.store.stats import ChannelMoments, SampleMoments
+from dynaforge.store.stats import SampleMoments, records_to_statistics
 from dynaforge.systems.base import SampleRows, System
 
 log = logging.getLogger(__name__)
@@ -296,30 +296,13 @@ def update_manifest(root: Path, config: Config, system: System) -> dict[str, Any
                 | {"complete": s.file in records}
                 for s in shards
             ],
-            "stats": train_statistics([records[s.file] for s in shards if s.file in records])
+            "stats": records_to_statistics([records[s.file] for s in shards if s.file in records])
             if complete
             else None,
             "machines": machines,
         }
         atomic_write_json(root / MANIFEST, manifest)
     return manifest
-
-
-def train_statistics(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Normalisation statistics from the train split only, `records` in shard order: merged from the
-    samples' own moments in index order (the same bytes however the split was sharded), or shard by shard
-    for records written before those existed."""
-    train = [record for record in records if record["split"] == "train"]
-    if train and all("sample_moments" in record for record in train):
-        samples = SampleMoments.empty()
-        for record in train:
-            samples = samples.extended(SampleMoments(**record["sample_moments"]))
-        moments = samples.merged()
-    else:
-        moments = ChannelMoments(0, [], [], [], [])
-        for record in train:
-            moments = moments.merge(ChannelMoments(**record["moments"]))
-    return moments.summary() if moments.count else None
 
 
 def batches(n: int, size: int) -> Iterator[tuple[int, int]]:
