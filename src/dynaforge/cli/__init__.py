@@ -167,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="dataset folder or PDEBench / The Well file (default: the one trained on)",
     )
+    evaluate.add_argument(
+        "--checkpoint", choices=("best", "last"), default=None, help="default: evaluate.checkpoint (best)"
+    )
     evaluate.set_defaults(handler=run_evaluate)
 
     run = verbs.add_parser("run", help="generate, train and evaluate from one config (skips finished stages)")

@@ -216,7 +216,7 @@ def run_train_stages(args: argparse.Namespace, stage: str) -> int:
 def run_evaluate(args: argparse.Namespace) -> int:
     from dynaforge.evaluate import evaluate
 
-    result = evaluate(args.run, args.data)
+    result = evaluate(args.run, args.data, checkpoint=args.checkpoint)
     print_evaluation(result.metrics)
     print(f"report: {result.report}")
     return 0

@@ -15,6 +15,7 @@ batch, and the scoring, runs on one intra-op thread: `dynaforge.threads`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -76,14 +77,20 @@ class EvaluationResult(NamedTuple):
 
 
 def evaluate(
-    run: str | Path, data: str | Path | None = None, config: EvaluateConfig | None = None
+    run: str | Path,
+    data: str | Path | None = None,
+    config: EvaluateConfig | None = None,
+    checkpoint: str | None = None,
 ) -> EvaluationResult:
     """Evaluate run folder `run` on the test split of `data` (default: the dataset it was trained on).
 
-    `config` defaults to the `evaluate` section of RUN/config.yaml.
+    `config` defaults to the `evaluate` section of RUN/config.yaml; `checkpoint` (`best` or `last`)
+    overrides its `checkpoint`.
     """
     folder = run_folder(run)
     config = config or evaluate_config_of(folder)
+    if checkpoint is not None:
+        config = dataclasses.replace(config, checkpoint=checkpoint)
     # a staged latent stack: the operator stage's checkpoint is the model, the stack's root gets eval/
     model_folder = run_folder(folder.root / "operator") if is_stack(folder.root) else folder
     checkpoint_path = model_folder.checkpoint(config.checkpoint)
