@@ -164,3 +164,12 @@ def test_a_killed_tune_trial_is_retried_at_once(tmp_path: Path, tiny_data: Path)
     assert retry.params == killed.params
     assert retry.user_attrs["run"] == "trials/0000" and retry.state == optuna.trial.TrialState.COMPLETE
     assert retry.user_attrs["process"]["pid"] not in (process.pid, None)
+
+
+def test_rollout_refuses_a_damaged_shard(exported: Path, data_copy: Path) -> None:
+    """rollout reads the dataset without PyTorch, and checks each shard's SHA-256 as the store's readers do."""
+    shard = sorted((data_copy / "test").glob("shard-*.h5"))[0]
+    content = bytearray(shard.read_bytes())
+    content[-100] ^= 0xFF  # same size: only the checksum can tell
+    shard.write_bytes(bytes(content))
+    refused(exported, data_copy, str(shard), "SHA-256", "dynaforge inspect")

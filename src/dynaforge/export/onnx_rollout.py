@@ -13,6 +13,7 @@ scores the physical predictions against the stored trajectories with PDEBench's 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -180,6 +181,7 @@ def read_split(root: Path, split: str, samples: int | None) -> np.ndarray:
     parts = []
     count = 0
     for shard in shards:
+        check_shard(root, shard)
         with h5py.File(root / shard["file"], "r") as handle:
             parts.append(np.asarray(handle["fields"][: None if samples is None else samples - count]))
         count += parts[-1].shape[0]
@@ -192,6 +194,21 @@ def read_split(root: Path, split: str, samples: int | None) -> np.ndarray:
         )
     fields = np.concatenate(parts).astype(np.float32)  # (N, T, *space, C)
     return np.ascontiguousarray(np.moveaxis(fields, -1, 2))
+
+
+def check_shard(root: Path, record: dict[str, Any]) -> None:
+    """The shard's size and SHA-256 against its manifest record (what `dynaforge.store` checks, written
+    again here because that package imports PyTorch)."""
+    path = root / record["file"]
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != record.get("sha256"):
+        raise RunError(
+            f"{path}: its SHA-256 differs from the one {root / 'manifest.json'} records for it (modified or "
+            f"damaged); run `dynaforge inspect {root}` and regenerate it with `dynaforge generate`"
+        )
 
 
 def check_grid(trajectories: np.ndarray, meta: dict[str, Any], data: str | Path) -> None:
