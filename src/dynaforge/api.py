@@ -38,7 +38,7 @@ from dynaforge.config import (
     load_config,
     resolve_device,
 )
-from dynaforge.data import Normalizer
+from dynaforge.data import Normalizer, fields_to_channels_first
 from dynaforge.evaluate import EvaluationResult
 from dynaforge.evaluate import evaluate as evaluate_run
 from dynaforge.evaluate.evaluator import evaluate_config_of
@@ -417,18 +417,13 @@ def config_of(config: ConfigLike, overrides: Sequence[str] = ()) -> Config:
 def split_to_samples(arrays: SplitArrays) -> Samples:
     """The store's arrays (fields channels last, numpy) as `Samples` (fields channels first, torch)."""
     return Samples(
-        fields=fields_to_channels_first(torch.from_numpy(arrays.fields), batched=True),
+        fields=fields_to_channels_first(arrays.fields),
         params=torch.from_numpy(np.ascontiguousarray(arrays.params, dtype=np.float64)),
         param_names=tuple(arrays.param_names),
         time=torch.from_numpy(np.asarray(arrays.time, dtype=np.float64)),
         grid={axis: torch.from_numpy(np.asarray(v, dtype=np.float64)) for axis, v in arrays.coords.items()},
         seeds=tuple(int(seed) for seed in arrays.seeds),
     )
-
-
-def fields_to_channels_first(fields: Tensor, *, batched: bool) -> Tensor:
-    """(N, T, *space, C) or (T, *space, C) -> (N, T, C, *space) or (T, C, *space), contiguous."""
-    return torch.movedim(fields, -1, 2 if batched else 1).contiguous()
 
 
 def read_sample(folder: DatasetFolder, split: str, index: int) -> Sample:
@@ -442,7 +437,7 @@ def read_sample(folder: DatasetFolder, split: str, index: int) -> Sample:
         names = tuple(n.decode() if isinstance(n, bytes) else str(n) for n in h5["param_names"][...])
         axes = [str(a) for a in h5.attrs.get("axis_names", AXIS_NAMES)]
         return Sample(
-            fields=fields_to_channels_first(torch.from_numpy(h5["fields"][row]), batched=False),
+            fields=fields_to_channels_first(h5["fields"][row][None])[0],
             params=torch.from_numpy(np.asarray(h5["params"][row], dtype=np.float64)),
             param_names=names,
             time=torch.from_numpy(np.asarray(h5["time"][...], dtype=np.float64)),
