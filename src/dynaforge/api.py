@@ -1,0 +1,463 @@
+"""The notebook API: simulate, generate, open a dataset, train, load a run, predict, roll out, evaluate.
+
+Every function here is a thin layer over the stages the command line runs, so that a researcher needs no
+submodule import: `simulate`, `open_dataset` and `load_run` (and the types they return) are re-exported by
+`import dynaforge`; `generate` and `train` are reached as `dynaforge.api.generate` and
+`dynaforge.api.train`, because `dynaforge.generate` and `dynaforge.train` are the stages' packages.
+
+Conventions: fields are torch tensors in the layout models take, channels first,
+(samples, time, channels, *space) float32 (the store keeps them channels last; the values are the same
+bytes); parameters are float64, one column per name of `param_names`; time and grid coordinates are
+float64 in the system's own units. Everything a trained model is given or returns here is in physical
+units: normalisation is applied inside.
+
+The examples run as tests (tests/integration/test_api.py, from the repository root) with `tmp` a scratch
+folder, `tiny_data` a dataset folder of configs/tiny.yaml and `tiny_run` a run trained on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import h5py
+import numpy as np
+import torch
+from jaxtyping import Float
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from torch import Tensor, nn
+
+from dynaforge.config import (
+    Config,
+    ConfigError,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+    resolve_device,
+)
+from dynaforge.data import Normalizer, fields_to_channels_first
+from dynaforge.evaluate import EvaluationResult
+from dynaforge.evaluate import evaluate as evaluate_run
+from dynaforge.evaluate.evaluator import evaluate_config_of
+from dynaforge.evaluate.rollout import predict_physical
+from dynaforge.floating import flush_denormals
+from dynaforge.generate import generate as generate_folder
+from dynaforge.generate import system_for
+from dynaforge.models import ModelShape, model_from_checkpoint
+from dynaforge.runs import load_checkpoint, run_folder
+from dynaforge.seeds import SPLITS, Rows
+from dynaforge.store import DatasetError, DatasetFolder, SplitArrays
+from dynaforge.store.format import AXIS_NAMES
+from dynaforge.store.reader import repair_hint, shard_shape_problem
+from dynaforge.store.writer import batches
+from dynaforge.train import TrainSummary
+from dynaforge.train import train as train_folder
+
+ConfigLike = str | Path | Config
+"""A YAML preset's path or a `Config`."""
+
+
+class Sample(NamedTuple):
+    """One trajectory: fields (time, channels, *space) float32, its parameters and coordinates."""
+
+    fields: Float[Tensor, "time channels *space"]
+    params: Float[Tensor, " n_params"]
+    """float64, one value per name of `param_names`."""
+    param_names: tuple[str, ...]
+    time: Float[Tensor, " time"]
+    """float64, the time of each frame."""
+    grid: dict[str, Tensor]
+    """Axis name -> (points,) float64 coordinates of this sample (left end included, right excluded)."""
+    seed: int
+    """The sample's seed (`dynaforge.seeds.sample_seed` of the base seed, split and index)."""
+
+
+class Samples(NamedTuple):
+    """Trajectories of one split: fields (samples, time, channels, *space) float32 and what goes with them."""
+
+    fields: Float[Tensor, "samples time channels *space"]
+    params: Float[Tensor, "samples n_params"]
+    """float64, one column per name of `param_names`."""
+    param_names: tuple[str, ...]
+    time: Float[Tensor, " time"]
+    """float64, the time of each frame (the same for every sample)."""
+    grid: dict[str, Tensor]
+    """Axis name -> (samples, points) float64 coordinates per sample."""
+    seeds: tuple[int, ...]
+    """Each sample's seed."""
+
+    def sample(self, index: int) -> Sample:
+        """The `index`-th trajectory alone."""
+        return Sample(
+            fields=self.fields[index],
+            params=self.params[index],
+            param_names=self.param_names,
+            time=self.time,
+            grid={axis: values[index] for axis, values in self.grid.items()},
+            seed=self.seeds[index],
+        )
+
+
+def simulate(
+    config: ConfigLike,
+    *,
+    overrides: Sequence[str] = (),
+    n: int | None = None,
+    seed: int | None = None,
+    split: str = "train",
+    start: int = 0,
+    device: str | None = None,
+) -> Samples:
+    """Run the ground-truth system of `config` on samples [start, start + n) of `split`, in memory.
+
+    Each sample is drawn from the seed the store gives it (`dynaforge.seeds.sample_seed` of `seed`, the
+    split and the sample's index), and rolled out as generation does, so sample i here is sample
+    start + i of the dataset that `dynaforge generate` writes from the same config and seed, bit for bit
+    (on the same device). `n` defaults to the split's size in `config.dataset`, `seed` to
+    `config.dataset.seed`, `device` to `config.dataset.device`. Returns `Samples`, fields
+    (n, time, channels, *space) float32.
+
+    >>> import dynaforge
+    >>> sim = dynaforge.simulate("configs/tiny.yaml", n=2, split="test")
+    >>> tuple(sim.fields.shape), sim.fields.dtype, sim.param_names
+    ((2, 11, 1, 64), torch.float32, ('domain_length', 'viscosity'))
+    >>> tuple(sim.time.shape), tuple(sim.grid["x"].shape)
+    ((11,), (2, 64))
+    """
+    config = config_of(config, overrides)
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    n = config.dataset.split_sizes()[split] if n is None else n
+    if n < 1 or start < 0:
+        raise ValueError(f"simulate needs n >= 1 samples from a start >= 0, got n={n}, start={start}")
+    base_seed = config.dataset.seed if seed is None else seed
+    where = torch.device(resolve_device(device or config.dataset.device))
+    system = system_for(config, where)
+    parts = []
+    for lo, hi in batches(n, config.dataset.batch_size):  # the writer's batches: the same memory bound
+        with flush_denormals():  # as the writer does: subnormals are flushed in stored samples too
+            parts.append(system.sample_rows(Rows(split, start + lo, start + hi, base_seed), where))
+    params = np.concatenate([part.params for part in parts])
+    arrays = SplitArrays(
+        fields=np.concatenate([part.fields for part in parts]),
+        params=params,
+        param_names=tuple(system.parameter_names),
+        seeds=np.asarray(Rows(split, start, start + n, base_seed).seeds(), dtype=np.uint64),
+        time=parts[-1].time,
+        coords=system.coordinates(params),
+    )
+    return split_to_samples(arrays)
+
+
+def generate(
+    config: ConfigLike, out: str | Path, *, overrides: Sequence[str] = (), progress: bool | None = None
+) -> Dataset:
+    """Generate (or finish generating) the dataset of `config` in folder `out` and open it
+    (`dynaforge.generate.generate`: sharded, resumable; a folder of another config is refused).
+    `progress=None` shows a progress bar only on a terminal.
+
+    >>> import dynaforge
+    >>> data = dynaforge.api.generate("configs/tiny.yaml", tmp / "data")
+    >>> data.splits
+    {'train': 8, 'val': 4, 'test': 4}
+    """
+    generate_folder(config_of(config, overrides), out, progress=progress)
+    return open_dataset(out)
+
+
+def train(
+    config: ConfigLike,
+    data: str | Path | Dataset,
+    out: str | Path,
+    *,
+    overrides: Sequence[str] = (),
+    **options: Any,
+) -> TrainSummary:
+    """Train `config`'s model on dataset `data` (a folder or an opened `Dataset`) into run folder `out`
+    (`dynaforge.train.train`); `options` are its own: progress, overwrite, resume, profile_steps.
+    Open the trained run with `load_run(out)`.
+
+    >>> import dynaforge
+    >>> summary = dynaforge.api.train(
+    ...     "configs/tiny.yaml", tiny_data, tmp / "run", overrides=["train.epochs=1"], progress=False
+    ... )
+    >>> summary.epochs
+    1
+    """
+    folder = data.root if isinstance(data, Dataset) else data
+    return train_folder(config_of(config, overrides), folder, out, **options)
+
+
+class Dataset:
+    """A dataset folder opened for reading (`dynaforge.store.DatasetFolder`: verified before use), its
+    arrays as torch tensors, fields channels first."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.folder = DatasetFolder(root)
+        self.root = self.folder.root
+
+    def __repr__(self) -> str:
+        return f"Dataset({str(self.root)!r}, system={self.system!r}, splits={self.splits})"
+
+    @property
+    def splits(self) -> dict[str, int]:
+        """Split name -> number of samples."""
+        return {split: self.folder.split_size(split) for split in self.folder.manifest["splits"]}
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """The train split's per-channel statistics that models are normalised with: `mean`, `std`
+        (lists, one entry per channel, physical units) and more (docs/format.md)."""
+        return self.folder.stats
+
+    @property
+    def system(self) -> str:
+        """The name of the system that made the data (`burgers`, `nbody`, ...)."""
+        return self.folder.system
+
+    @property
+    def config(self) -> Config:
+        """The config that generated the dataset (a ConfigError for converted and foreign datasets)."""
+        return self.folder.config
+
+    def split(self, name: str) -> Samples:
+        """Every sample of split `name`, fields (samples, time, channels, *space) float32.
+
+        >>> import dynaforge
+        >>> test = dynaforge.open_dataset(tiny_data).split("test")
+        >>> tuple(test.fields.shape), len(test.seeds)
+        ((4, 11, 1, 64), 4)
+        """
+        return split_to_samples(self.folder.read_split(name))
+
+    def sample(self, split: str, index: int) -> Sample:
+        """Sample `index` of `split` alone (only its shard is read), fields (time, channels, *space) float32.
+
+        >>> import dynaforge
+        >>> one = dynaforge.open_dataset(tiny_data).sample("train", 5)
+        >>> tuple(one.fields.shape), tuple(one.params.shape), tuple(one.grid["x"].shape)
+        ((11, 1, 64), (2,), (64,))
+        """
+        size = self.splits.get(split, 0)
+        if not 0 <= index < size:
+            raise IndexError(f"sample {index} is not in split {split!r} of {self.root}: it holds [0, {size})")
+        if self.folder.foreign is not None:
+            return self.split(split).sample(index)
+        return read_sample(self.folder, split, index)
+
+    def to_xarray(self, split: str) -> Any:
+        """Split `split` as an `xarray.Dataset` (needs xarray: `pip install xarray`): `fields` on dims
+        (sample, time, channel, *axes), `params` on (sample, param), per-sample grids `<axis>_grid`."""
+        try:
+            import xarray  # lazy: optional dependency, only this method needs it
+        except ImportError as error:
+            raise ImportError(
+                "Dataset.to_xarray needs xarray, which is not installed: pip install xarray"
+            ) from error
+        samples = self.split(split)
+        axes = list(samples.grid)
+        return xarray.Dataset(
+            {
+                "fields": (("sample", "time", "channel", *axes), samples.fields.numpy()),
+                "params": (("sample", "param"), samples.params.numpy()),
+            },
+            coords={
+                "time": samples.time.numpy(),
+                "param": list(samples.param_names),
+                **{
+                    f"{axis}_grid": (("sample", axis), values.numpy())
+                    for axis, values in samples.grid.items()
+                },
+            },
+            attrs={"system": self.system, "split": split},
+        )
+
+
+def open_dataset(path: str | Path) -> Dataset:
+    """Open dataset folder `path` (or a PDEBench or The Well HDF5 file) for reading; see `Dataset`.
+
+    >>> import dynaforge
+    >>> data = dynaforge.open_dataset(tiny_data)
+    >>> data.system, data.splits, len(data.stats["mean"])
+    ('burgers', {'train': 8, 'val': 4, 'test': 4}, 1)
+    """
+    return Dataset(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A trained surrogate from a run folder: the model (eval mode), its config, shape and normaliser.
+
+    `predict` and `rollout` take and return physical units, frames channels first; the model's time step
+    is `config.data.stride` stored frames.
+    """
+
+    root: Path
+    checkpoint: str
+    """`best` or `last`."""
+    model: nn.Module
+    config: Config
+    """The full config the run was trained with (from the checkpoint)."""
+    shape: ModelShape
+    """channels, history (input frames per call), horizon (output frames per call), spatial_dims."""
+    normalizer: Normalizer
+    """The train split's statistics the model was trained with."""
+    device: torch.device
+
+    def predict(
+        self, frames: Float[Tensor, "batch history channels *space"]
+    ) -> Float[Tensor, "batch horizon channels *space"]:
+        """One model call: the next `shape.horizon` frames after `shape.history` physical frames
+        (B, history, C, *space), physical units, on the device `frames` came from.
+
+        >>> import dynaforge
+        >>> run = dynaforge.load_run(tiny_run)
+        >>> frames = dynaforge.open_dataset(tiny_data).split("test").fields[:, :2]
+        >>> tuple(run.predict(frames).shape)
+        (4, 1, 1, 64)
+        """
+        return self.rollout(frames, steps=1)
+
+    def rollout(
+        self, initial_frames: Float[Tensor, "batch history channels *space"], *, steps: int
+    ) -> Float[Tensor, "batch predicted channels *space"]:
+        """`steps` model calls, each on the last `shape.history` frames known or predicted; returns the
+        steps x horizon predicted frames (without the initial ones), physical units, on the device
+        `initial_frames` came from. Frame k of the result is (k + 1) x `config.data.stride` stored frames
+        after the last initial frame.
+
+        >>> import dynaforge
+        >>> run = dynaforge.load_run(tiny_run)
+        >>> truth = dynaforge.simulate("configs/tiny.yaml", n=3, split="test").fields
+        >>> predicted = run.rollout(truth[:, :2], steps=5)
+        >>> tuple(predicted.shape)
+        (3, 5, 1, 64)
+        >>> bool(((predicted - truth[:, 2:7]).norm() / truth[:, 2:7].norm()) < 1)
+        True
+        """
+        if steps < 1:
+            raise ValueError(f"steps is the number of model calls, at least 1; got {steps}")
+        check_frames(initial_frames, self.shape)
+        frames = initial_frames.to(device=self.device, dtype=torch.float32)
+        self.model.eval()
+        with torch.inference_mode():
+            predicted = predict_physical(self.model, self.normalizer, frames, steps, self.shape.spatial_dims)
+        return predicted.to(initial_frames.device)
+
+    def evaluate(self, *, data: str | Path | Dataset | None = None) -> EvaluationResult:
+        """Score this checkpoint on the test split of `data` (default: the dataset the run was trained on)
+        with `dynaforge.evaluate.evaluate`, the run's `evaluate` config section, and write RUN/eval
+        (RUN/eval-NAME for other data). Returns the metrics and the report's path.
+
+        >>> import dynaforge
+        >>> result = dynaforge.load_run(tiny_run).evaluate()
+        >>> len(result.metrics["rollout_nrmse"]), result.report.name
+        (5, 'report.html')
+        """
+        folder = data.root if isinstance(data, Dataset) else data
+        config = dataclasses.replace(evaluate_config_of(run_folder(self.root)), checkpoint=self.checkpoint)
+        return evaluate_run(self.root, folder, config)
+
+
+def load_run(path: str | Path, *, checkpoint: Literal["best", "last"] = "best", device: str = "cpu") -> Run:
+    """The surrogate trained in run folder `path`, from its `best` or `last` checkpoint, on `device`, in
+    eval mode (`dynaforge.models.model_from_checkpoint`).
+
+    >>> import dynaforge
+    >>> run = dynaforge.load_run(tiny_run)
+    >>> run.shape, run.config.model.name, run.model.training
+    (ModelShape(channels=1, history=2, horizon=1, spatial_dims=1), 'fno', False)
+    """
+    if checkpoint not in ("best", "last"):
+        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    folder = run_folder(path)
+    where = torch.device(resolve_device(device))
+    state = load_checkpoint(folder.checkpoint(checkpoint), map_location=where)
+    if state.get("kind") is not None:
+        raise ConfigError(
+            f"{folder.checkpoint(checkpoint)} holds a model of kind {state['kind']!r}; load_run loads "
+            "surrogates (use dynaforge.models.loading.load_model for the others)"
+        )
+    return Run(
+        root=folder.root,
+        checkpoint=checkpoint,
+        model=model_from_checkpoint(state).to(where).eval(),
+        config=config_from_dict(state["config"]),
+        shape=ModelShape(**state["model_shape"]),
+        normalizer=Normalizer.from_stats(state["normalization"]),
+        device=where,
+    )
+
+
+# ---- helpers (candidates for the rooms below: see the module's report) ------------------------------------
+
+
+def config_of(config: ConfigLike, overrides: Sequence[str] = ()) -> Config:
+    """A `Config` from a preset's path or a `Config`, with dotted `key=value` overrides applied."""
+    if not isinstance(config, Config):
+        return load_config(config, overrides)
+    if not overrides:
+        return config
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ConfigError(f"override {item!r} is not of the form key.sub=value")
+    try:
+        merged = OmegaConf.merge(
+            OmegaConf.create(config_to_dict(config)), OmegaConf.from_dotlist(list(overrides))
+        )
+        data = OmegaConf.to_container(merged, resolve=True)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"cannot apply overrides {list(overrides)}: {error}") from error
+    return config_from_dict(data)  # type: ignore[arg-type]  # a mapping: the base is one
+
+
+def split_to_samples(arrays: SplitArrays) -> Samples:
+    """The store's arrays (fields channels last, numpy) as `Samples` (fields channels first, torch)."""
+    return Samples(
+        fields=fields_to_channels_first(arrays.fields),
+        params=torch.from_numpy(np.ascontiguousarray(arrays.params, dtype=np.float64)),
+        param_names=tuple(arrays.param_names),
+        time=torch.from_numpy(np.asarray(arrays.time, dtype=np.float64)),
+        grid={axis: torch.from_numpy(np.asarray(v, dtype=np.float64)) for axis, v in arrays.coords.items()},
+        seeds=tuple(int(seed) for seed in arrays.seeds),
+    )
+
+
+def read_sample(folder: DatasetFolder, split: str, index: int) -> Sample:
+    """Sample `index` of `split` from its shard alone, checked as `DatasetFolder.read_split` checks."""
+    record = next(r for r in folder.split_records(split) if r["start"] <= index < r["stop"])
+    path = folder.root / record["file"]
+    row = index - record["start"]
+    with h5py.File(path, "r") as h5:
+        if problem := shard_shape_problem(path, h5, record, folder.manifest["shape"]):
+            raise DatasetError(f"{problem}; {repair_hint(folder.root, folder.manifest)}")
+        names = tuple(n.decode() if isinstance(n, bytes) else str(n) for n in h5["param_names"][...])
+        axes = [str(a) for a in h5.attrs.get("axis_names", AXIS_NAMES)]
+        return Sample(
+            fields=fields_to_channels_first(h5["fields"][row][None])[0],
+            params=torch.from_numpy(np.asarray(h5["params"][row], dtype=np.float64)),
+            param_names=names,
+            time=torch.from_numpy(np.asarray(h5["time"][...], dtype=np.float64)),
+            grid={a: torch.from_numpy(np.asarray(h5[a][row], dtype=np.float64)) for a in axes if a in h5},
+            seed=int(h5["seeds"][row]),
+        )
+
+
+def check_frames(frames: Tensor, shape: ModelShape) -> None:
+    """Raise an error that names the fix when `frames` do not fit a model of `shape`."""
+    expected = (
+        f"(batch, history={shape.history}, channels={shape.channels}, *space with {shape.spatial_dims} axes)"
+    )
+    if frames.ndim != 3 + shape.spatial_dims or frames.shape[2] != shape.channels:
+        raise ValueError(
+            f"frames of shape {tuple(frames.shape)} do not fit this model: it takes {expected}; "
+            "fields here are channels first, and a single trajectory needs a batch axis (frames[None])"
+        )
+    if frames.shape[1] != shape.history:
+        raise ValueError(
+            f"this model takes {shape.history} input frames, got {frames.shape[1]}; pass the last ones, "
+            f"frames[:, -{shape.history}:], {shape.history} stored frame(s) x data.stride apart"
+        )
