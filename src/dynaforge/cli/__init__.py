@@ -39,6 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING if args.quiet or worker else logging.INFO, format="%(levelname)s %(message)s"
     )
+    # matplotlib's INFO lines ("Animation.save using PillowWriter") say nothing a user acts on.
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     from dynaforge.errors import RunError
 
     expected: tuple[type[Exception], ...] = (ConfigError, RunError, FileNotFoundError)
@@ -204,6 +206,7 @@ def add_nbody_parser(verbs: argparse._SubParsersAction) -> None:
     )
     simulate.add_argument("--frames", type=int, default=120, help="animation frames")
     simulate.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
+    simulate.add_argument("--no-progress", action="store_true", help="no progress bars")
     simulate.set_defaults(handler=run_nbody_simulate)
     train = actions.add_parser("train", help="train the learned step controller into a run folder")
     add_config_arguments(train)

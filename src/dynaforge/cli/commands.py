@@ -57,7 +57,14 @@ def run_nbody_simulate(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, nbody_overrides(args))
     with torch_threads(args.threads):
-        summary = simulate(config, args.out, args.systems, args.animation, args.frames)
+        summary = simulate(
+            config,
+            args.out,
+            args.systems,
+            args.animation,
+            args.frames,
+            progress=False if args.no_progress else None,
+        )
     for i, system in enumerate(summary["systems"]):
         drift = system["max_relative_drift"]
         print(
