@@ -243,15 +243,16 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-
     try:
         from dynaforge.tune import run_study
     except ImportError as error:
         raise ConfigError(f"dynaforge tune needs Optuna: pip install 'dynaforge[tune]' ({error})") from error
-    if args.quiet:
-        import optuna
+    import optuna
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # Optuna logs each trial through its own handler
+    # Optuna's lines go through the handler `main` set up, in its format, instead of Optuna's own.
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()
+    optuna.logging.set_verbosity(optuna.logging.WARNING if args.quiet else optuna.logging.INFO)
     config = load_config(args.config, args.overrides)
     name = args.study or config.tune.study or Path(args.config).stem
     out = args.out or str(Path("studies") / name)
