@@ -84,7 +84,7 @@ def verb_help(*verb: str) -> str:
         (("export",), ["--no-progress", "--resume", "--threads", "key=value"]),
         (("generate",), ["--resume", "--threads", "stage="]),
         (("tune",), ["--no-progress", "--resume", "stage="]),
-        (("nbody", "simulate"), ["--resume", "--model-", "stage="]),
+        (("nbody", "simulate"), ["--resume", "--data", "stage="]),
         (("twophase", "train"), ["--no-progress", "stage="]),
     ],
 )
