@@ -69,6 +69,16 @@ def device_name(device: torch.device | str) -> str:
     return str(device)
 
 
+def local_rank_device(name: str) -> str:
+    """`auto`/`cuda` mean this process's own GPU, `cuda:LOCAL_RANK`, when a launcher (torchrun) set
+    LOCAL_RANK and CUDA is available: otherwise every process of a node would work on cuda:0. Any other
+    name (`cpu`, `cuda:1`), and every name outside such a launcher, is returned as given."""
+    local_rank = os.environ.get("LOCAL_RANK")
+    if local_rank is not None and name in ("auto", "cuda") and torch.cuda.is_available():
+        return f"cuda:{int(local_rank)}"
+    return name
+
+
 def machine_record(device: torch.device | str = "cpu") -> dict[str, Any]:
     """CPU, extensions, core count, versions and device: what decides whether results match bit for bit."""
     return {

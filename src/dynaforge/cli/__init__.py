@@ -39,6 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING if args.quiet or worker else logging.INFO, format="%(levelname)s %(message)s"
     )
+    # matplotlib's INFO lines ("Animation.save using PillowWriter") say nothing a user acts on.
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     from dynaforge.errors import RunError
 
     expected: tuple[type[Exception], ...] = (ConfigError, RunError, FileNotFoundError)
@@ -74,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynaforge", description=__doc__.split(":")[0])
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    parser.add_argument("--version", action="version", version=f"dynaforge {__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     generate = verbs.add_parser("generate", help="generate a dataset folder from a config")
@@ -132,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.set_defaults(handler=run_convert)
 
     train = verbs.add_parser("train", help="train a surrogate on a dataset folder into a run folder")
-    add_config_arguments(train)
+    add_config_arguments(train, stages=True)
     train.add_argument(
         "--data",
         required=True,
@@ -173,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(handler=run_evaluate)
 
     run = verbs.add_parser("run", help="generate, train and evaluate from one config (skips finished stages)")
-    add_config_arguments(run)
+    add_config_arguments(run, stages=True)
     run.add_argument("--out", required=True, help="root folder: ROOT/data, ROOT/run")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.set_defaults(handler=run_run)
@@ -207,6 +210,7 @@ def add_nbody_parser(verbs: argparse._SubParsersAction) -> None:
     )
     simulate.add_argument("--frames", type=int, default=120, help="animation frames")
     simulate.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
+    simulate.add_argument("--no-progress", action="store_true", help="no progress bars")
     simulate.set_defaults(handler=run_nbody_simulate)
     train = actions.add_parser("train", help="train the learned step controller into a run folder")
     add_config_arguments(train)
@@ -275,11 +279,13 @@ def add_twophase_parser(verbs: argparse._SubParsersAction) -> None:
     train.set_defaults(handler=run_twophase_train)
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+def add_config_arguments(parser: argparse.ArgumentParser, stages: bool = False) -> None:
+    """The config and its overrides; `stages`: the verb also takes `stage=all|NAME` (the latent stack)."""
     parser.add_argument("config", help="YAML preset (see configs/)")
     parser.add_argument(
         "overrides",
         nargs="*",
         metavar="key=value",
-        help="dotted overrides, e.g. system.dt=0.005 (train, run: stage=all trains the staged latent stack)",
+        help="dotted overrides, e.g. system.dt=0.005"
+        + ("; stage=all (or a stage's name) trains the staged latent stack" if stages else ""),
     )

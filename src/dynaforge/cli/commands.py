@@ -57,7 +57,14 @@ def run_nbody_simulate(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, nbody_overrides(args))
     with torch_threads(args.threads):
-        summary = simulate(config, args.out, args.systems, args.animation, args.frames)
+        summary = simulate(
+            config,
+            args.out,
+            args.systems,
+            args.animation,
+            args.frames,
+            progress=False if args.no_progress else None,
+        )
     for i, system in enumerate(summary["systems"]):
         drift = system["max_relative_drift"]
         print(
@@ -236,15 +243,16 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-
     try:
         from dynaforge.tune import run_study
     except ImportError as error:
         raise ConfigError(f"dynaforge tune needs Optuna: pip install 'dynaforge[tune]' ({error})") from error
-    if args.quiet:
-        import optuna
+    import optuna
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # Optuna logs each trial through its own handler
+    # Optuna's lines go through the handler `main` set up, in its format, instead of Optuna's own.
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()
+    optuna.logging.set_verbosity(optuna.logging.WARNING if args.quiet else optuna.logging.INFO)
     config = load_config(args.config, args.overrides)
     name = args.study or config.tune.study or Path(args.config).stem
     out = args.out or str(Path("studies") / name)

@@ -11,7 +11,9 @@ Output folder:
     orbit.png                the bodies' paths in the xy plane (first system)
     animation.gif | .mp4     the bodies moving (first system); MP4 when ffmpeg is available
 Relative drifts are defined in `dynaforge.systems.nbody.Drifts`. Plots are written with matplotlib's
-object API (no pyplot, no global backend switch); every file is written atomically.
+object API (no pyplot, no global backend switch); every file is written atomically. Lengths and times are in
+the simulation's own units (G = 1; N-body units for the `plummer` and `cluster` families, the orbit's own a
+and masses for `kepler`: `dynaforge.systems.nbody.physics`), so the axes say "length unit" and "time unit".
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 from matplotlib.animation import FFMpegWriter, FuncAnimation, PillowWriter, writers
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from tqdm import tqdm
 
 from dynaforge.atomic import atomic_path, atomic_write_json
 from dynaforge.config import Config, ConfigError, config_to_dict
@@ -35,6 +38,10 @@ from dynaforge.seeds import sample_rng, sample_seed
 from dynaforge.systems.nbody.control import Integrator, RunState, StepInfo
 from dynaforge.systems.nbody.physics import invariants, relative_drifts
 from dynaforge.systems.nbody.system import NBody, channels_to_state
+
+LENGTH = "length unit"
+TIME = "time unit"
+"""Axis units: the simulation is dimensionless (G = 1), so a length or time is a multiple of its unit."""
 
 MAX_RECORDS = 20_000
 """Recorded points per run; beyond it the recording keeps every second point (the stride doubles)."""
@@ -95,9 +102,13 @@ def simulate(
     systems: int = 1,
     animation: Literal["auto", "gif", "mp4", "none"] = "auto",
     frames: int = 120,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
     """Run `systems` systems drawn from `config.system` (test-split seeds) to t = steps * dt; write the
-    outputs listed in the module docstring into `out`; return the invariants summary."""
+    outputs listed in the module docstring into `out`; return the invariants summary.
+
+    `progress=None` shows progress bars (simulated time, animation frames) only on a terminal.
+    """
     if config.system.name != "nbody":
         raise ConfigError(f"`nbody simulate` needs system.name=nbody, got system.name={config.system.name}")
     if systems < 1:
@@ -113,15 +124,20 @@ def simulate(
     reversible = control.reversible and control.kind != "fixed"
     integrator = Integrator(params, controller, nbody.scheme, reversible, control.dt_max)
     t_end = config.system.dt * config.system.steps
+    disabled = None if progress is None else not progress
     started = time.perf_counter()
     last: list[StepInfo] = []
-    with torch.inference_mode():
+    with torch.inference_mode(), simulated_time_bar(t_end, disabled) as bar:
         run = integrator.start(state)
         recorder = Recorder(integrator, run)
 
         def on_step(r: RunState, info: StepInfo) -> None:
             recorder(r, info)
             last[:] = [info]
+            # The recorder's latest time is already on the host: the bar adds no device read.
+            reached = float(recorder.rows[-1]["time"].min())
+            if reached > bar.n:
+                bar.update(reached - bar.n)
 
         run = integrator.advance(run, t_end, control.max_steps, on_step)
         trace = recorder.trace(run, last[0] if last else None)
@@ -132,8 +148,20 @@ def simulate(
     atomic_write_json(folder / "invariants.json", summary)
     write_plots(folder, trace)
     if animation != "none":
-        summary["animation"] = write_animation(folder, trace, animation, frames)
+        summary["animation"] = write_animation(folder, trace, animation, frames, disabled)
     return summary
+
+
+def simulated_time_bar(t_end: float, disabled: bool | None) -> tqdm:
+    """A progress bar over simulated time, 0 to `t_end` (the slowest system's time)."""
+    return tqdm(
+        total=t_end,
+        desc="simulate",
+        disable=disabled,
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| t = {n:.4g} / {total:.4g} "
+        + TIME
+        + "s [{elapsed}<{remaining}]",
+    )
 
 
 def summarise(
@@ -212,24 +240,27 @@ def save_figure(figure: Figure, path: Path) -> None:
 
 def write_plots(folder: Path, trace: Trace) -> None:
     series = [
-        ("energy_error.png", trace.energy_error, "|E - E0| / |E0|", True),
-        ("momentum.png", trace.momentum_drift, "|P - P0| / sum m|v0|", True),
-        ("angular_momentum.png", trace.angular_momentum_drift, "|L - L0| / sum m|x0||v0|", True),
-        ("dt.png", trace.dt, "step size dt", True),
+        ("energy_error.png", trace.energy_error, "|E - E0| / |E0|", "relative energy error"),
+        ("momentum.png", trace.momentum_drift, "|P - P0| / sum m|v0|", "relative momentum drift"),
+        (
+            "angular_momentum.png",
+            trace.angular_momentum_drift,
+            "|L - L0| / sum m|x0||v0|",
+            "relative angular momentum drift",
+        ),
+        ("dt.png", trace.dt, f"step size dt ({TIME})", "step size"),
     ]
-    for name, values, label, log_y in series:
+    for name, values, label, title in series:
         figure = new_figure()
         axes = figure.add_subplot()
         start = 1 if name == "dt.png" else 0  # no step leads to t = 0
         for b in range(values.shape[1]):
             y = values[start:, b]
-            axes.plot(
-                trace.time[start:, b], np.where(y > 0, y, np.nan) if log_y else y, lw=0.8, label=f"system {b}"
-            )
-        if log_y:
-            axes.set_yscale("log")
-        axes.set_xlabel("time")
+            axes.plot(trace.time[start:, b], np.where(y > 0, y, np.nan), lw=0.8, label=f"system {b}")
+        axes.set_yscale("log")  # every series spans decades; zeros are left out
+        axes.set_xlabel(f"time ({TIME})")
         axes.set_ylabel(label)
+        axes.set_title(title)
         if values.shape[1] > 1 and values.shape[1] <= 8:
             axes.legend(fontsize=7)
         save_figure(figure, folder / name)
@@ -240,14 +271,15 @@ def write_plots(folder: Path, trace: Trace) -> None:
         (line,) = axes.plot(positions[:, body, 0], positions[:, body, 1], lw=0.6)
         axes.plot(positions[-1, body, 0], positions[-1, body, 1], "o", ms=3, color=line.get_color())
     axes.set_aspect("equal", adjustable="datalim")
-    axes.set_xlabel("x")
-    axes.set_ylabel("y")
-    axes.set_title("orbits (system 0, xy plane)")
+    axes.set_xlabel(f"x ({LENGTH})")
+    axes.set_ylabel(f"y ({LENGTH})")
+    axes.set_title("orbits (system 0, xy plane, G = 1)")
     save_figure(figure, folder / "orbit.png")
 
 
-def write_animation(folder: Path, trace: Trace, kind: str, frames: int) -> str:
-    """Animate system 0 in the xy plane; returns the file name written."""
+def write_animation(folder: Path, trace: Trace, kind: str, frames: int, disabled: bool | None = None) -> str:
+    """Animate system 0 in the xy plane; returns the file name written. `disabled`: tqdm's (None: a
+    progress bar only on a terminal)."""
     use_mp4 = kind == "mp4" or (kind == "auto" and writers.is_available("ffmpeg"))
     if kind == "mp4" and not writers.is_available("ffmpeg"):
         raise ConfigError("--animation mp4 needs ffmpeg on PATH; install it or use --animation gif")
@@ -262,6 +294,9 @@ def write_animation(folder: Path, trace: Trace, kind: str, frames: int) -> str:
     axes.set_xlim(-span, span)
     axes.set_ylim(-span, span)
     axes.set_aspect("equal")
+    axes.set_xlabel(f"x ({LENGTH})")
+    axes.set_ylabel(f"y ({LENGTH})")
+    axes.set_title(f"{positions.shape[1]} bodies (system 0, xy plane, G = 1)", fontsize=9)
     trails = [axes.plot([], [], lw=0.6)[0] for _ in range(positions.shape[1])]
     dots = axes.plot([], [], "o", ms=4, color="k")[0]
     label = axes.text(0.02, 0.96, "", transform=axes.transAxes, va="top", fontsize=8)
@@ -272,15 +307,20 @@ def write_animation(folder: Path, trace: Trace, kind: str, frames: int) -> str:
         for body, line in enumerate(trails):
             line.set_data(positions[lo : i + 1, body, 0], positions[lo : i + 1, body, 1])
         dots.set_data(positions[i, :, 0], positions[i, :, 1])
-        label.set_text(f"t = {times[i]:.3g}")
+        label.set_text(f"t = {times[i]:.3g} {TIME}s")
         return [*trails, dots, label]
 
+    # Lay the figure out once: the axes do not move between frames, and constrained layout on every
+    # frame is most of a frame's drawing time.
+    figure.draw_without_rendering()
+    figure.set_layout_engine("none")
     movie = FuncAnimation(figure, draw, frames=len(picks), blit=False)
     writer = FFMpegWriter(fps=24) if use_mp4 else PillowWriter(fps=24)
     # Writers pick the format from the file name, so write under the real name in a temporary folder
     # beside the target, then rename it into place (atomic on one file system).
     with tempfile.TemporaryDirectory(dir=folder, prefix=".animation-") as tmp:
         path = Path(tmp) / name
-        movie.save(str(path), writer=writer)
+        with tqdm(total=len(picks), desc="animation", unit="frame", disable=disabled) as bar:
+            movie.save(str(path), writer=writer, progress_callback=lambda _frame, _total: bar.update())
         os.replace(path, folder / name)
     return name

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from dynaforge.atomic import remove_stale_temporaries
 from dynaforge.config import Config, resolve_device
+from dynaforge.machine import local_rank_device
 from dynaforge.models.loading import controller_for
 from dynaforge.store.format import DatasetError, plan_shards
 from dynaforge.store.writer import prepare_folder, shard_is_complete, update_manifest, write_shard
@@ -44,6 +45,12 @@ def worker_slot(shard_index: int | None, num_shards: int | None) -> tuple[int, i
             f"shard index {index} is not in [0, {count}); pass --shard-index I --num-shards K with 0 <= I < K"
         )
     return index, count
+
+
+def generation_device(name: str) -> torch.device:
+    """The device this process generates on, from `dataset.device`: `auto` is CUDA when available, else
+    the CPU; under torchrun `auto` and `cuda` are this rank's GPU, cuda:LOCAL_RANK (`local_rank_device`)."""
+    return torch.device(resolve_device(local_rank_device(name)))
 
 
 def system_for(config: Config, device: torch.device | str = "cpu") -> System:
@@ -82,7 +89,7 @@ def generate(
         log.info(
             "resuming: %d of this worker's %d shards are already complete", len(mine) - len(todo), len(mine)
         )
-    device = torch.device(resolve_device(config.dataset.device))
+    device = generation_device(config.dataset.device)
     system = system_for(config, device)
     if todo:
         total = sum(shard.size for shard in todo) * config.system.steps
