@@ -26,6 +26,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
+from dynaforge.machine import local_rank_device
+
 log = logging.getLogger(__name__)
 
 
@@ -65,10 +67,8 @@ def join_cluster(device: torch.device) -> Cluster:
 
 
 def rank_device(name: str) -> str:
-    """Under torchrun, `auto`/`cuda` mean this rank's GPU (cuda:LOCAL_RANK)."""
-    if launched_world_size() > 1 and name in ("auto", "cuda") and torch.cuda.is_available():
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-    return name
+    """Under torchrun, `auto`/`cuda` mean this rank's GPU (cuda:LOCAL_RANK; `machine.local_rank_device`)."""
+    return local_rank_device(name) if launched_world_size() > 1 else name
 
 
 def leave_cluster(cluster: Cluster) -> None:
