@@ -88,6 +88,26 @@ def test_a_2d_shard_names_both_grid_axes(tmp_path: Path) -> None:
         np.testing.assert_array_equal(ds["fields"].values, h5["fields"][...])
 
 
+def test_a_systems_extras_get_the_sample_dimension_and_their_own_inner_ones(tmp_path: Path) -> None:
+    random_cnn = [
+        "system.name=random_cnn",
+        "system.resolution=8",
+        "system.steps=2",
+        "system.space.depth.high=2",
+        "system.space.width_cap.choices={'32': 1.0}",
+        "system.compile=false",
+        "system.features=true",
+    ]
+    sizes = [f"dataset.{key}=3" for key in ("n_train", "n_val", "n_test", "batch_size", "shard_size")]
+    generate(load_config(None, [*random_cnn, *sizes]), tmp_path / "r", progress=False)
+    path = tmp_path / "r" / "train" / "shard-00000.h5"
+    with open_shard(path) as ds, h5py.File(path, "r") as h5:
+        assert ds["fields"].dims == ("sample", "time", "x_index", "y_index", "channel")
+        assert ds["operator"].dims == ("sample",)
+        assert ds["features"].dims == ("sample", "features_dim1")
+        np.testing.assert_array_equal(ds["features"].values, h5["features"][...])
+
+
 def test_split_to_xarray_holds_the_split_with_its_coordinates_and_parameters(folder: Path) -> None:
     arrays = DatasetFolder(folder).read_split("train")
     ds = split_to_xarray(folder, "train")

@@ -33,7 +33,7 @@ class Units(NamedTuple):
     space: str | None
     fields: str | None
     system: str
-    """e.g. `nondimensional`, `N-body units (G = 1)`, `not recorded by the source file`."""
+    """e.g. `nondimensional`, `N-body units (G = 1)`, `units not recorded by the source file`."""
 
 
 def units_of(system: str) -> Units:
@@ -42,7 +42,7 @@ def units_of(system: str) -> Units:
     The generated PDEs and random CNN operators are nondimensional; the N-body system uses units with
     G = 1. PDEBench and The Well files do not record units, so none are claimed for converted data."""
     if ":" in system:
-        return Units(None, None, None, "not recorded by the source file")
+        return Units(None, None, None, "units not recorded by the source file")
     if system == "nbody":
         return Units(DIMENSIONLESS, DIMENSIONLESS, DIMENSIONLESS, "N-body units (G = 1)")
     return Units(DIMENSIONLESS, DIMENSIONLESS, DIMENSIONLESS, "nondimensional")
@@ -107,13 +107,25 @@ def label_shard(h5: h5py.File, system: str, axes: tuple[str, ...], channel_names
         if axis in h5:
             h5[axis].dims[1].attach_scale(scale)
     scales = {SAMPLE, "time", CHANNEL, PARAMETER, *(s.name.lstrip("/") for s in grid)}
-    for name, item in h5.items():
+    for name, item in list(h5.items()):
         if isinstance(item, h5py.Dataset) and name not in scales and item.shape[:1] == (n_samples,):
             item.dims[0].attach_scale(sample)  # every other dataset is per sample (docs/format.md)
+            label_inner_axes(h5, name)
     for name, attrs in variable_attributes(system, axes).items():
         if name in h5:
             h5[name].attrs.update(attrs)
     fields.attrs["coordinates"] = " ".join(name for name in ("index", *axes) if name in h5)
+
+
+def label_inner_axes(h5: h5py.File, name: str) -> None:
+    """Give every still unlabelled axis i of dataset `name` (a system's extras) a dimension of its own,
+    `NAME_dimI`, without values: h5netcdf refuses a variable with labelled and unlabelled axes mixed."""
+    dataset = h5[name]
+    for axis, dim in enumerate(dataset.dims):
+        if len(dim) == 0:
+            scale = h5.create_dataset(f"{name}_dim{axis}", shape=(dataset.shape[axis],), dtype=">f4")
+            scale.make_scale(NOT_A_VARIABLE % dataset.shape[axis])
+            dim.attach_scale(scale)
 
 
 def unlabelled_dimensions(h5: h5py.File) -> list[int]:
