@@ -65,13 +65,16 @@ def threads() -> Iterator[None]:
 
 
 def dataset_arrays(root: Path) -> dict[str, np.ndarray]:
-    """Every array of every shard, concatenated per split and name, plus the statistics."""
+    """Every array of every shard, concatenated per split and name (a dimension scale, e.g. `time` or
+    `channel`, is the same in every shard: taken from the first), plus the statistics."""
     arrays: dict[str, list[np.ndarray]] = {}
     for split in SPLITS:
         for path in sorted((root / split).glob("shard-*.h5")):
             with h5py.File(path, "r") as h5:
                 for name, dataset in h5.items():
-                    if dataset.shape and dataset.shape[0] and name not in ("param_names", "time"):
+                    if name == "sample":
+                        continue  # a dimension scale without values (docs/format.md, "Labels")
+                    if dataset.shape and dataset.shape[0] and not dataset.is_scale and name != "param_names":
                         arrays.setdefault(f"{split}/{name}", []).append(dataset[...])
                     else:
                         arrays.setdefault(f"{split}/{name}", [dataset[...]])

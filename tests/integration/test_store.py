@@ -58,7 +58,7 @@ def test_generate_writes_a_valid_documented_layout(tmp_path: Path) -> None:
         assert [n.decode() for n in h5["param_names"][...]] == ["domain_length", "viscosity"]
         assert h5["time"].shape == (config.n_frames,)
         np.testing.assert_allclose(np.diff(h5["time"][...]), config.dt * config.save_every)
-        assert h5.attrs["system"] == "burgers" and h5.attrs["format_version"] == 1
+        assert h5.attrs["system"] == "burgers" and h5.attrs["format_version"] == 2
         assert "viscosity" in h5.attrs["config"]
         np.testing.assert_allclose(h5["x"][0], np.arange(config.resolution) / config.resolution)
         viscosity = h5["params"][:, 1]

@@ -24,6 +24,7 @@ import numpy as np
 
 from dynaforge.errors import RunError
 from dynaforge.export.checksum import CHECKSUM_KEY, METADATA_KEY, model_checksum
+from dynaforge.store.format import READABLE_VERSIONS
 
 EPS = 1e-12
 """Floor of a true frame's norm in the nRMSE denominator (as in dynaforge.metrics.fields)."""
@@ -168,9 +169,10 @@ def read_split(root: Path, split: str, samples: int | None) -> np.ndarray:
             f"{root} is not a dataset folder (no manifest.json); make one with `dynaforge generate`"
         )
     manifest = json.loads(manifest_path.read_text())
-    if manifest.get("format_version") != 1 or not manifest.get("complete"):
+    if manifest.get("format_version") not in READABLE_VERSIONS or not manifest.get("complete"):
         raise RunError(
-            f"{root} is not a complete dataset of format version 1; check it with `dynaforge inspect`"
+            f"{root} is not a complete dataset of format version "
+            f"{' or '.join(map(str, READABLE_VERSIONS))}; check it with `dynaforge inspect`"
         )
     shards = sorted(
         (s for s in manifest["shards"] if s.get("split") == split and s.get("complete")),

@@ -35,6 +35,7 @@ from dynaforge.store.format import (
     shard_record,
 )
 from dynaforge.store.interop import DEFAULT_FRACTIONS, ForeignDataset
+from dynaforge.store.labels import label_shard
 from dynaforge.store.stats import ChannelMoments
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,7 @@ def write_shard(
             h5.create_dataset("time", data=arrays.time)
             for axis, coords in arrays.coords.items():
                 h5.create_dataset(axis, data=coords)
+            label_shard(h5, dataset.system, AXIS_NAMES[: len(layout.space)], layout.channel_names)
         record = shard_record(shard, tmp, ChannelMoments.of(fields).to_dict())
     atomic_write_json(root / shard.record, record)
     return record

@@ -22,7 +22,10 @@ import numpy as np
 
 from dynaforge.seeds import SPLITS
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version 2 adds the labels of `dynaforge.store.labels` (dimension scales, units, long names) to version 1."""
+READABLE_VERSIONS = (1, 2)
+"""Format versions readers accept: a version-1 folder holds the same arrays, without the labels."""
 MANIFEST = "manifest.json"
 CONFIG = "config.yaml"
 AXIS_NAMES = ("x", "y", "z")

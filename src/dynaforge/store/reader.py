@@ -21,8 +21,8 @@ from dynaforge.seeds import SPLITS
 from dynaforge.store.format import (
     AXIS_NAMES,
     CONFIG,
-    FORMAT_VERSION,
     MANIFEST,
+    READABLE_VERSIONS,
     DatasetError,
     SplitArrays,
     file_sha256,
@@ -182,9 +182,10 @@ def read_manifest(root: Path) -> dict[str, Any]:
             f"{path} is not valid JSON ({error}); rerun `dynaforge generate` with the same config to rebuild it"
         ) from None
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise DatasetError(
-            f"{path} has format version {version}; this dynaforge reads version {FORMAT_VERSION}"
+            f"{path} has format version {version}; this dynaforge reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
     return manifest
 

@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 
 from dynaforge.store.format import AXIS_NAMES, CONFIG, DatasetError, file_sha256
+from dynaforge.store.labels import unlabelled_dimensions
 from dynaforge.store.reader import manifest_problems, read_manifest
 
 REQUIRED = ("fields", "params", "param_names", "seeds", "index", "time")
@@ -120,6 +121,8 @@ def check_shard(
         hashes = record.get("sample_sha256")
         if hashes is not None and len(hashes) != n:
             raise ValueError(f"the record holds {len(hashes)} sample hashes for {n} samples")
+        if int(h5.attrs["format_version"]) >= 2 and (unlabelled := unlabelled_dimensions(h5)):
+            raise KeyError(f"fields axes {unlabelled} have no dimension scale (format version 2 labels all)")
         axes = [str(a) for a in h5.attrs.get("axis_names", AXIS_NAMES)]
         for axis, n_points in zip(axes, shape["space"], strict=False):
             if axis not in h5 or h5[axis].shape != (n, n_points):

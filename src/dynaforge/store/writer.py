@@ -49,6 +49,7 @@ from dynaforge.store.format import (
     sample_sha256,
     shard_record,
 )
+from dynaforge.store.labels import label_shard
 from dynaforge.store.stats import SampleMoments, records_to_statistics
 from dynaforge.systems.base import SampleRows, System
 
@@ -174,6 +175,7 @@ def write_shard(
                 hashes += [sample_sha256(f, p) for f, p in zip(rows.fields, rows.params, strict=True)]
             write_coordinates(h5, system, params[...])
             h5.create_dataset("time", data=rows.time)
+            label_shard(h5, system.name, tuple(system.axis_names), tuple(system.channel_names))
         written = shard_record(shard, tmp, moments.merged().to_dict())
     record = {
         **written,
