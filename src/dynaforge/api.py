@@ -52,6 +52,7 @@ from dynaforge.seeds import SPLITS, Rows
 from dynaforge.store import DatasetError, DatasetFolder, SplitArrays
 from dynaforge.store.format import AXIS_NAMES
 from dynaforge.store.reader import repair_hint, shard_shape_problem
+from dynaforge.store.to_xarray import split_to_xarray
 from dynaforge.store.writer import batches
 from dynaforge.train import TrainSummary
 from dynaforge.train import train as train_folder
@@ -249,31 +250,11 @@ class Dataset:
         return read_sample(self.folder, split, index)
 
     def to_xarray(self, split: str) -> Any:
-        """Split `split` as an `xarray.Dataset` (needs xarray: `pip install xarray`): `fields` on dims
-        (sample, time, channel, *axes), `params` on (sample, param), per-sample grids `<axis>_grid`."""
-        try:
-            import xarray  # lazy: optional dependency, only this method needs it
-        except ImportError as error:
-            raise ImportError(
-                "Dataset.to_xarray needs xarray, which is not installed: pip install xarray"
-            ) from error
-        samples = self.split(split)
-        axes = list(samples.grid)
-        return xarray.Dataset(
-            {
-                "fields": (("sample", "time", "channel", *axes), samples.fields.numpy()),
-                "params": (("sample", "param"), samples.params.numpy()),
-            },
-            coords={
-                "time": samples.time.numpy(),
-                "param": list(samples.param_names),
-                **{
-                    f"{axis}_grid": (("sample", axis), values.numpy())
-                    for axis, values in samples.grid.items()
-                },
-            },
-            attrs={"system": self.system, "split": split},
-        )
+        """Split `split` as an `xarray.Dataset` with named, labelled coordinates (needs xarray: `pip install
+        'dynaforge[xarray]'`): `fields` on (sample, time, x_index, ..., channel) as the shards store it, the
+        grid `x` per sample, the channel names, one variable per parameter and `seeds`
+        (`dynaforge.store.to_xarray.split_to_xarray`; docs/format.md)."""
+        return split_to_xarray(self.folder, split)
 
 
 def open_dataset(path: str | Path) -> Dataset:

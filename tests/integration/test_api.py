@@ -90,7 +90,7 @@ def test_to_xarray_without_xarray_says_how_to_install_it(
     tiny_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "xarray", None)  # `import xarray` raises ImportError
-    with pytest.raises(ImportError, match="pip install xarray"):
+    with pytest.raises(ImportError, match="pip install 'dynaforge\\[xarray\\]'"):
         dynaforge.open_dataset(tiny_data).to_xarray("test")
 
 
@@ -99,10 +99,13 @@ def test_to_xarray_labels_the_arrays(tiny_data: Path) -> None:
     data = dynaforge.open_dataset(tiny_data)
     converted = data.to_xarray("test")
     assert isinstance(converted, xarray.Dataset)
-    assert converted["fields"].dims == ("sample", "time", "channel", "x")
-    assert np.array_equal(converted["fields"].values, data.split("test").fields.numpy())
-    assert list(converted["param"].values) == list(data.split("test").param_names)
-    assert converted["x_grid"].dims == ("sample", "x")
+    test = data.split("test")
+    assert converted["fields"].dims == ("sample", "time", "x_index", "channel")  # as the shards store it
+    assert np.array_equal(converted["fields"].values, np.moveaxis(test.fields.numpy(), 2, -1))
+    assert all(
+        np.array_equal(converted[name].values, test.params[:, i]) for i, name in enumerate(test.param_names)
+    )
+    assert converted["x"].dims == ("sample", "x_index")
 
 
 def test_predict_and_rollout_take_and_return_physical_units(
