@@ -9,7 +9,7 @@ CONSTRAINTS := constraints/cpu.txt
 # The constraints also reach pip's isolated build environment through PIP_CONSTRAINT.
 PIP_ENV := PIP_CONSTRAINT=$(abspath $(CONSTRAINTS)) PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: install run test test-reproducibility lint bench bench-env clean
+.PHONY: install run test test-reproducibility lint docs bench bench-env clean
 
 install: $(STAMP)
 
@@ -32,6 +32,25 @@ test-reproducibility: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
+
+# The API reference, built by pdoc from the docstrings into site/ (git-ignored): the notebook API
+# `dynaforge.api` first, then every package and top-level module of dynaforge, a package showing the names of
+# its `__all__`. `dynaforge` itself is left out: pdoc cannot follow its lazy re-exports of `dynaforge.api`
+# (module `__getattr__`), which have their own page. pdoc is silent when clean, so any output fails the build:
+# warnings are errors. One is ignored: pdoc cannot resolve the postponed field annotations of a NamedTuple's
+# `__init__` (mitmproxy/pdoc#765; the fields show them as written). PDOC_ALLOW_EXEC: importing h5py runs
+# `uname -p`, which pdoc would otherwise block with a warning.
+DOCS_DIR := site
+DOCS_MODULES = dynaforge.api $(subst /,.,$(patsubst src/%/__init__.py,%,$(wildcard src/dynaforge/*/__init__.py)) \
+	$(patsubst src/%.py,%,$(filter-out src/dynaforge/__init__.py src/dynaforge/api.py,$(wildcard src/dynaforge/*.py))))
+
+docs: $(STAMP)
+	rm -rf $(DOCS_DIR)
+	@log=$$(PDOC_ALLOW_EXEC=1 $(PY) -W 'ignore:Error parsing type annotation ForwardRef(' -m pdoc \
+		--docformat markdown --output-directory $(DOCS_DIR) $(DOCS_MODULES) 2>&1) \
+		|| { echo "$$log"; exit 1; }; \
+	if [ -n "$$log" ]; then echo "$$log"; echo "make docs: pdoc warned (warnings are errors)"; exit 1; fi
+	@echo "API reference: $(DOCS_DIR)/index.html"
 
 # Peers used only as baselines (exponax, neuraloperator) live in their own environment.
 bench-env: $(BENCH_STAMP)
