@@ -34,21 +34,27 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests benchmarks
 
 # The API reference, built by pdoc from the docstrings into site/ (git-ignored): the notebook API
-# `dynaforge.api` first, then every package and top-level module of dynaforge, a package showing the names of
-# its `__all__`. `dynaforge` itself is left out: pdoc cannot follow its lazy re-exports of `dynaforge.api`
-# (module `__getattr__`), which have their own page. pdoc is silent when clean, so any output fails the build:
-# warnings are errors. One is ignored: pdoc cannot resolve the postponed field annotations of a NamedTuple's
-# `__init__` (mitmproxy/pdoc#765; the fields show them as written). PDOC_ALLOW_EXEC: importing h5py runs
-# `uname -p`, which pdoc would otherwise block with a warning.
+# `dynaforge.api` first, then every package and top-level module of dynaforge, a package showing the names
+# of its `__all__`. `dynaforge` itself is left out: pdoc cannot follow its lazy re-exports of
+# `dynaforge.api` (module `__getattr__`), which have their own page. pdoc is silent when clean, so any output
+# fails the build: warnings are errors. One is ignored: pdoc cannot resolve the postponed field annotations
+# of a NamedTuple's `__init__` (mitmproxy/pdoc#765; the fields show them as written). PDOC_ALLOW_EXEC:
+# importing h5py runs `uname -p`, which pdoc would otherwise block with a warning. PDOC_DISPLAY_ENV_VARS:
+# without it pdoc warns when a default value equals an environment variable's, so the build would depend
+# on the machine. Our docstrings are Markdown, which reads the same in the restructuredtext docformat; that
+# docformat also renders the reST directives of docstrings inherited from torch (`.. note::`) and checks
+# `.. include::`.
 DOCS_DIR := site
-DOCS_MODULES = dynaforge.api $(subst /,.,$(patsubst src/%/__init__.py,%,$(wildcard src/dynaforge/*/__init__.py)) \
-	$(patsubst src/%.py,%,$(filter-out src/dynaforge/__init__.py src/dynaforge/api.py,$(wildcard src/dynaforge/*.py))))
+DOCS_PACKAGES = $(subst /,.,$(patsubst src/%/__init__.py,%,$(wildcard src/dynaforge/*/__init__.py)))
+DOCS_TOP_MODULES = $(subst /,.,$(patsubst src/%.py,%,$(filter-out src/dynaforge/__init__.py \
+	src/dynaforge/api.py,$(wildcard src/dynaforge/*.py))))
+DOCS_IGNORED := 'ignore:Error parsing type annotation ForwardRef('
 
 docs: $(STAMP)
 	rm -rf $(DOCS_DIR)
-	@log=$$(PDOC_ALLOW_EXEC=1 $(PY) -W 'ignore:Error parsing type annotation ForwardRef(' -m pdoc \
-		--docformat markdown --output-directory $(DOCS_DIR) $(DOCS_MODULES) 2>&1) \
-		|| { echo "$$log"; exit 1; }; \
+	@log=$$(PDOC_ALLOW_EXEC=1 PDOC_DISPLAY_ENV_VARS=1 $(PY) -W $(DOCS_IGNORED) -m pdoc \
+		--docformat restructuredtext --output-directory $(DOCS_DIR) \
+		dynaforge.api $(DOCS_PACKAGES) $(DOCS_TOP_MODULES) 2>&1) || { echo "$$log"; exit 1; }; \
 	if [ -n "$$log" ]; then echo "$$log"; echo "make docs: pdoc warned (warnings are errors)"; exit 1; fi
 	@echo "API reference: $(DOCS_DIR)/index.html"
 
