@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from dynaforge.config.base import NON_NEGATIVE, POSITIVE, ConfigError, between, check_values, checked
 
@@ -112,7 +113,9 @@ class TuneConfig:
     study: str | None = None
     """Study name; null uses the config file's name. `--study` overrides it."""
     storage: str | None = None
-    """Optuna storage URL; null is SQLite in the study folder (STUDY/study.db). `--storage` overrides it."""
+    """Optuna storage URL; null is SQLite in the study folder (STUDY/study.db). `--storage` overrides it.
+    A URL without a password (postgresql://USER@HOST:PORT/DB): it is saved with the config; the password
+    comes from PGPASSWORD or ~/.pgpass."""
     heartbeat: int = checked(10, check=POSITIVE.because("seconds"))
     """Seconds between a running trial's heartbeats. A trial whose process died on this host is marked
     failed and retried at once by the next `dynaforge tune` here; one from another host, once it has
@@ -126,6 +129,11 @@ class TuneConfig:
         check_values(self)
         if not self.objectives:
             raise ConfigError("objectives needs at least one {metric, direction} entry")
+        if self.storage is not None and urlsplit(self.storage).password is not None:
+            raise ConfigError(
+                "storage carries a password, which would be saved with the config: put the password in "
+                "PGPASSWORD or ~/.pgpass (PGPASSFILE), not in the URL"
+            )
         for key in self.space:
             if key.split(".")[0] == "tune":
                 raise ConfigError(f"space key {key!r}: the tune section itself cannot be tuned")

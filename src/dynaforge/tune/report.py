@@ -64,7 +64,14 @@ def keep_best_run(folder: StudyFolder, trial: FrozenTrial) -> None:
             shutil.copy2(source, staging / name)
     atomic_write_json(
         staging / "trial.json",
-        {"number": trial.number, "values": trial.values, "params": trial.params, "run": str(run)},
+        {
+            "number": trial.number,
+            "values": trial.values,
+            "params": trial.params,
+            "run": str(run),
+            # A study shared through a database: the run folder is on the machine that ran the trial.
+            "host": trial.user_attrs.get("host"),
+        },
     )
     retired = folder.root / ".best-old"
     shutil.rmtree(retired, ignore_errors=True)

@@ -1,6 +1,6 @@
 """`dynaforge tune`: an Optuna study over any training config, in a study folder.
 
-STUDY/study.db           the Optuna storage (default; any `--storage URL` Optuna's RDB storage takes)
+STUDY/study.db           the Optuna storage (default; or `--storage URL`, e.g. PostgreSQL: see `storage.py`)
 STUDY/config.yaml        the study's config (a later process must bring the same one)
 STUDY/data/              the dataset every PDE trial trains on (generated once, unless `--data` is given)
 STUDY/trials/NNNN/       the run folder of trial NNNN (kept, pruned trials included)
@@ -10,29 +10,30 @@ STUDY/summary.md, .json  trial counts by state, the best trial(s), their values 
 
 `--trials N` is the number of finished (complete or pruned) trials the study should hold: a process runs
 trials until the study has N, so a study that was interrupted resumes where it stopped when the same
-command is run again, and several processes (on one machine or several sharing a database) can work on one
-study at once. A failed trial is retried `tune.retries` times with the same values, continuing its run
-folder from its last checkpoint. A trial whose process was killed is failed (and so retried) by the next
-process that joins the study: at once on the killed process's own host, where the trial's recorded PID and
-process start show that the process is gone (`processes.py`); on other hosts once its heartbeat, sent every
-`tune.heartbeat` seconds, is twice that old (as the next process starts a trial).
+command is run again, and several processes (on one machine, or on several sharing a PostgreSQL database,
+each machine with its own study folder) can work on one study at once. A process starts a trial only
+while the study holds fewer than N finished or running ones, counted under a lock (`storage.py`), so the
+study ends with N finished trials, not one more per process. A failed trial is retried `tune.retries`
+times with the same values, continuing its run folder from its last checkpoint (where that folder is on
+another machine's study folder, the retry starts the run afresh in its own). A trial whose process was
+killed is failed (and so retried) by the next process that joins the study: at once on the killed process's
+own host, where the trial's recorded PID and process start show that the process is gone (`processes.py`);
+on other hosts once its heartbeat, sent every `tune.heartbeat` seconds, is twice that old (as the next
+process starts a trial).
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import math
 import os
 import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
-from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
 from dynaforge.config import Config, ConfigError, config_to_dict, load_config, save_config
@@ -44,6 +45,7 @@ from dynaforge.tune.folder import StudyFolder, optuna_warnings_quiet, study_fold
 from dynaforge.tune.processes import PROCESS_ATTR, fail_trials_of_gone_processes, this_process
 from dynaforge.tune.report import write_outputs
 from dynaforge.tune.space import DATA_SECTIONS, check_space, config_with_values, suggest
+from dynaforge.tune.storage import StudyLock, check_storage_url, engine_kwargs
 from dynaforge.tune.trials import (
     check_objectives,
     known_metrics,
@@ -83,40 +85,60 @@ def run_study(
     if trials < 1:
         raise ConfigError(f"--trials must be >= 1, got {trials}")
     folder = study_folder(out)
+    url = storage or config.tune.storage or f"sqlite:///{folder.database.resolve()}"
+    check_storage_url(url)
     check_space(config, () if is_controller(config) else DATA_SECTIONS)
     check_objectives(config.tune.objectives, known_metrics(config, is_controller(config)))
-    with study_lock(folder):
+    with StudyLock(url, folder.root, study_name, "setup"):
         claim_folder(folder, config)
         data_root = None if is_controller(config) else prepare_data(config, folder, data, progress)
-        study = open_study(config, folder, study_name, storage or config.tune.storage)
+        study = open_study(config, url, study_name)
         with optuna_warnings_quiet():
             fail_trials_of_gone_processes(study, retry_callback(config))
     finished = count_finished(study)
     if finished < trials:
         log.info("study %s: %d of %d trials finished; running the rest", study_name, finished, trials)
-        with optuna_warnings_quiet():
-            study.optimize(
-                lambda trial: run_trial(trial, config, folder, data_root, study_name),
-                n_trials=trials - finished,
-                callbacks=[MaxTrialsCallback(trials, states=FINISHED)],
-                # A trial that diverges or whose values do not fit together (a ValueError of the model, e.g.
-                # more Fourier modes than the grid has) fails alone; Optuna logs why, the study goes on.
-                catch=(RunError, ValueError),
-            )
+        run_trials(
+            study,
+            trials,
+            trials - finished,
+            StudyLock(url, folder.root, study_name, "claim"),
+            lambda trial: run_trial(trial, config, folder, data_root, study_name),
+        )
     else:
         log.info("study %s already holds %d finished trials", study_name, finished)
     summary = write_outputs(study, folder, config)
     return StudyResult(folder.root, study, summary)
 
 
-@contextmanager
-def study_lock(folder: StudyFolder) -> Iterator[None]:
-    """Processes joining a study on this machine set it up one at a time (the config check, the dataset,
-    the database schema: SQLite rejects two processes creating its tables at once)."""
-    folder.root.mkdir(parents=True, exist_ok=True)
-    with open(folder.root / ".study.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        yield
+def run_trials(
+    study: optuna.Study,
+    trials: int,
+    attempts: int,
+    claim: StudyLock,
+    objective: Callable[[optuna.Trial], float | list[float]],
+) -> None:
+    """Start trials one at a time, each under the claim lock while the study holds fewer than `trials`
+    finished or running ones, at most `attempts` of them (failed trials do not count towards `trials`, so
+    a study whose every trial fails still ends)."""
+
+    def claimed(trial: optuna.Trial) -> float | list[float]:
+        claim.release()  # the trial is RUNNING in the database now: the next claim counts it
+        return objective(trial)
+
+    for _ in range(attempts):
+        with claim, optuna_warnings_quiet():
+            # A trial whose heartbeat stopped (its process died on another host) frees its place first.
+            optuna.storages.fail_stale_trials(study)
+            if count_finished(study) + count_running(study) >= trials:
+                return
+            study.optimize(
+                claimed,
+                n_trials=1,
+                # A trial that diverges or whose values do not fit together (a ValueError of the model, e.g.
+                # more Fourier modes than the grid has) fails alone; Optuna logs why, the study goes on.
+                catch=(RunError, ValueError),
+            )
 
 
 def claim_folder(folder: StudyFolder, config: Config) -> None:
@@ -143,14 +165,13 @@ def prepare_data(config: Config, folder: StudyFolder, data: str | Path | None, p
     return folder.data.resolve()
 
 
-def open_study(config: Config, folder: StudyFolder, name: str, storage_url: str | None) -> optuna.Study:
+def open_study(config: Config, url: str, name: str) -> optuna.Study:
     """Create the study or load it (same name and storage): sampler, pruner, heartbeat storage."""
     tune = config.tune
-    url = storage_url or f"sqlite:///{folder.database.resolve()}"
     with optuna_warnings_quiet():
         storage = RDBStorage(
             url,
-            engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None,
+            engine_kwargs=engine_kwargs(url),
             heartbeat_interval=tune.heartbeat,
             grace_period=2 * tune.heartbeat,
             heartbeat_stale_trial_callback=retry_callback(config),
@@ -218,6 +239,10 @@ def max_resource(config: Config) -> int:
 
 def count_finished(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def count_running(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
 
 def run_trial(
