@@ -233,7 +233,10 @@ def add_tune_export_parsers(verbs: argparse._SubParsersAction) -> None:
         "--study", default=None, help="study name (default: tune.study, else the config's name)"
     )
     tune.add_argument(
-        "--storage", default=None, help="Optuna storage URL (default: tune.storage, else STUDY/study.db)"
+        "--storage",
+        default=None,
+        help="Optuna storage URL (default: tune.storage, else STUDY/study.db); postgresql://USER@HOST:PORT/DB "
+        "shares a study across machines, its password in PGPASSWORD or ~/.pgpass, never in the URL",
     )
     tune.add_argument("--out", default=None, help="study folder (default: studies/NAME)")
     tune.add_argument(
