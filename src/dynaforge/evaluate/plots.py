@@ -92,7 +92,7 @@ def space_time_png(truth: np.ndarray, predicted: np.ndarray, title: str, field_a
 
 def draw_comparison_row(
     figure: Figure,
-    panels: Sequence[Axes],
+    panels: Sequence[Axes] | np.ndarray,
     truth: np.ndarray,
     predicted: np.ndarray,
     field: str,
