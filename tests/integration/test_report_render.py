@@ -168,3 +168,24 @@ def test_training_curves_are_log_scale_against_integer_steps() -> None:
     assert len(axes.get_lines()) == 3
     ticks = visible_ticks(axes.get_xticks(), axes.get_xlim())
     assert np.all(ticks == np.round(ticks)), ticks
+
+
+def test_tuning_history_has_integer_trial_ticks(tmp_path: Path) -> None:
+    import warnings
+
+    import optuna
+    from optuna.visualization import matplotlib as vis
+
+    from dynaforge.tune.report import integer_trial_ticks, save_axes
+
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna's matplotlib plots are experimental; it says so each call
+        study.optimize(lambda trial: trial.suggest_float("x", -1.0, 1.0) ** 2, n_trials=4)
+        axes = vis.plot_optimization_history(study)
+    integer_trial_ticks(axes)
+    FigureCanvasAgg(axes.figure).draw()
+    ticks = visible_ticks(axes.get_xticks(), axes.get_xlim())
+    assert len(ticks) and np.all(ticks == np.round(ticks)), ticks
+    save_axes(axes, tmp_path / "history.png")
+    assert (tmp_path / "history.png").read_bytes().startswith(PNG_SIGNATURE)

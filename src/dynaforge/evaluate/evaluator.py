@@ -461,11 +461,11 @@ def report_figures(
     channel = inputs.channels[0]
     for rank, sample in enumerate(worst):
         index = sample["index"]
-        caption = f"Worst sample {rank + 1}: test trajectory {index} (rollout nRMSE {sample['nrmse']:.3e}), {channel}"
+        caption = f"Worst sample {rank + 1}: test trajectory {index} (rollout nRMSE {sample['nrmse']:.3e}), channel {channel}"
         png = sample_png(rolled, index, f"Worst sample {rank + 1}: test trajectory {index}", inputs)
         figures["worst"].append((caption, f"worst_{rank + 1}.png", png))
     for position, index in enumerate(samples):
-        caption = f"Test trajectory {index}: truth, rollout prediction and error ({channel})"
+        caption = f"Test trajectory {index}: truth, rollout prediction and error, channel {channel}"
         png = sample_png(rolled, index, f"Test trajectory {index}", inputs)
         figures["samples"].append((caption, f"sample_{position}.png", png))
     return figures

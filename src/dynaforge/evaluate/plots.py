@@ -269,7 +269,7 @@ def spectra_png(
     truth: Sequence[Sequence[float]], predicted: Sequence[Sequence[float]], frames: Sequence[int]
 ) -> bytes:
     """Energy spectra E(k) of truth (solid) and prediction (dashed) at a few rollout steps, log-log."""
-    figure = Figure(figsize=(6, 4), layout="constrained")
+    figure = Figure(figsize=(7, 4.5), layout="constrained")
     axes = figure.add_subplot()
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
     for i, frame in enumerate(frames):
@@ -288,5 +288,5 @@ def spectra_png(
     axes.set_ylabel("E(k), mean over samples and channels")
     axes.set_title("Energy spectra of truth and prediction")
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=7)
+    axes.legend(fontsize=8)
     return figure_to_png(figure)

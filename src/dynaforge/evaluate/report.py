@@ -175,7 +175,10 @@ TRAINING_LABELS = {
 def training_html(training: Mapping[str, Any], figures: Sequence[tuple[str, bytes]]) -> str:
     if not training and not figures:
         return "<p>No training log (metrics.jsonl) beside the checkpoint.</p>"
-    rows = [(TRAINING_LABELS.get(key, key), value) for key, value in training.items()]
+    rows = [
+        (TRAINING_LABELS.get(key, key), Markup(f"{value:g}") if key == "training_seconds" else value)
+        for key, value in training.items()
+    ]
     return (table(("quantity", "value"), rows) if rows else "") + figures_html(figures)
 
 
