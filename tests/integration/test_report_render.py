@@ -36,7 +36,9 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "run" / "eval" / "report.html"
 
 
+@pytest.fixture
 def chromium() -> str:
+    """The chromium binary (a skip, before the tiny run is made, when there is none)."""
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     if binary is None:
         pytest.skip("no chromium binary on PATH (install Debian's `chromium` to render the report)")
@@ -53,8 +55,10 @@ def run_chromium(binary: str, profile: Path, *args: str) -> subprocess.Completed
     )
 
 
-def test_report_renders_in_chromium_without_console_errors(report: Path, tmp_path: Path) -> None:
-    binary = chromium()
+def test_report_renders_in_chromium_without_console_errors(
+    chromium: str, report: Path, tmp_path: Path
+) -> None:
+    binary = chromium
     shot = tmp_path / "report.png"
     result = run_chromium(
         binary,
@@ -75,8 +79,8 @@ def test_report_renders_in_chromium_without_console_errors(report: Path, tmp_pat
     assert not console_errors, console_errors
 
 
-def test_rendered_title_names_system_model_and_run(report: Path, tmp_path: Path) -> None:
-    binary = chromium()
+def test_rendered_title_names_system_model_and_run(chromium: str, report: Path, tmp_path: Path) -> None:
+    binary = chromium
     dom = run_chromium(binary, tmp_path / "profile", "--dump-dom", report.as_uri()).stdout
     title = re.search(r"<title>(.*?)</title>", dom, re.S)
     assert title is not None, dom[:500]
