@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from dynaforge.evaluate.plots import (
     FieldAxes,
     Panel,
+    last_frame_figure,
     metric_curves_figure,
     snapshots_figure,
     space_time_figure,
@@ -135,15 +136,22 @@ def test_space_time_figure_is_in_grid_and_time_units_with_a_named_colorbar() -> 
     assert colorbars.count("u (nondimensional)") == 2 and "error in u (nondimensional)" in colorbars
 
 
-def test_2d_rollouts_show_four_frames_across_the_rollout() -> None:
+def test_2d_rollouts_show_four_frames_across_the_rollout_and_the_last_one_wide() -> None:
     rng = np.random.default_rng(1)
     truth = rng.standard_normal((10, 16, 16))
     figure = drawn(snapshots_figure(truth, truth, "sample", field_axes(10, 2)))
     images = [a for a in figure.axes if a.images]
-    assert len(images) == 12  # 4 frames x (truth, prediction, error)
-    rows = [a.get_ylabel() for a in images if a.get_ylabel()]
-    assert [row.split(",")[0] for row in rows] == ["step 1", "step 4", "step 7", "step 10"]
-    assert "t = 0.5" in rows[0] and "t = 2.75" in rows[-1]
+    assert len(images) == 12  # (truth, prediction, error) x 4 frames
+    columns = [a.get_title() for a in images if a.get_title()]
+    assert [title.split(",")[0] for title in columns] == ["step 1", "step 4", "step 7", "step 10"]
+    assert columns[0].endswith("t = 0.5") and columns[-1].endswith("t = 2.75")
+    rows = [a.get_ylabel().split("\n")[0] for a in images if a.get_ylabel()]
+    assert rows == ["truth", "prediction", "prediction - truth"]
+    assert all(a.get_xlabel() in ("", "x (nondimensional)") for a in images)
+    last = drawn(last_frame_figure(truth, truth, "sample", field_axes(10, 2)))
+    width, height = last.get_size_inches()
+    assert width > 2 * height  # truth | prediction | error side by side
+    assert "step 10, t = 2.75" in last.get_suptitle()
 
 
 def test_metric_panels_have_integer_step_ticks_and_y_labels() -> None:

@@ -43,6 +43,7 @@ from dynaforge.evaluate.plots import (
     FieldAxes,
     Panel,
     error_vs_step_png,
+    last_frame_png,
     metric_curves_png,
     snapshots_png,
     space_time_png,
@@ -461,18 +462,22 @@ def report_figures(
     channel = inputs.channels[0]
     for rank, sample in enumerate(worst):
         index = sample["index"]
-        caption = f"Worst sample {rank + 1}: test trajectory {index} (rollout nRMSE {sample['nrmse']:.3e}), channel {channel}"
-        png = sample_png(rolled, index, f"Worst sample {rank + 1}: test trajectory {index}", inputs)
-        figures["worst"].append((caption, f"worst_{rank + 1}.png", png))
+        about = f"Worst sample {rank + 1}: test trajectory {index} (rollout nRMSE {sample['nrmse']:.3e}), channel {channel}"
+        title = f"Worst sample {rank + 1}: test trajectory {index}"
+        for suffix, what, png in sample_figures(rolled, index, title, inputs):
+            figures["worst"].append((f"{about}{what}", f"worst_{rank + 1}{suffix}.png", png))
     for position, index in enumerate(samples):
-        caption = f"Test trajectory {index}: truth, rollout prediction and error, channel {channel}"
-        png = sample_png(rolled, index, f"Test trajectory {index}", inputs)
-        figures["samples"].append((caption, f"sample_{position}.png", png))
+        about = f"Test trajectory {index}: truth, rollout prediction and error, channel {channel}"
+        for suffix, what, png in sample_figures(rolled, index, f"Test trajectory {index}", inputs):
+            figures["samples"].append((f"{about}{what}", f"sample_{position}{suffix}.png", png))
     return figures
 
 
-def sample_png(rolled: Rollouts, sample: int, title: str, inputs: ReportInputs) -> bytes:
-    """Space-time images of channel 0 for 1D fields; frames across the rollout for 2D and 3D (a mid slice)."""
+def sample_figures(
+    rolled: Rollouts, sample: int, title: str, inputs: ReportInputs
+) -> list[tuple[str, str, bytes]]:
+    """(file name suffix, caption suffix, PNG) of channel 0 of one trajectory: space-time images for 1D
+    fields; for 2D and 3D (a mid slice), the last predicted frame and 4 frames across the rollout."""
     truth, predicted = rolled.truth[sample, :, 0].numpy(), rolled.predicted[sample, :, 0].numpy()
     field_axes = FieldAxes(
         coords=tuple(c[sample] for c in inputs.coords),
@@ -481,12 +486,15 @@ def sample_png(rolled: Rollouts, sample: int, title: str, inputs: ReportInputs) 
         unit=inputs.units,
     )
     if truth.ndim == 2:  # (frames, x)
-        return space_time_png(truth, predicted, title, field_axes)
+        return [("", "", space_time_png(truth, predicted, title, field_axes))]
     while truth.ndim > 3:  # 3D: the middle slice along the last axis
         middle = truth.shape[-1] // 2
         truth, predicted = truth[..., middle], predicted[..., middle]
         title = f"{title}, mid-{AXIS_NAMES[truth.ndim - 1]} slice"
-    return snapshots_png(truth, predicted, title, field_axes)
+    return [
+        ("", ", last rollout step", last_frame_png(truth, predicted, title, field_axes)),
+        ("_frames", ", frames across the rollout", snapshots_png(truth, predicted, title, field_axes)),
+    ]
 
 
 def training_figure(folder: RunFolder) -> bytes | None:

@@ -118,20 +118,39 @@ def draw_comparison_row(
             figure.colorbar(shown, ax=axes, label=label)
 
 
+def last_frame_figure(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> Figure:
+    """Truth, prediction and error of the last predicted 2D frame side by side; arrays (frames, x, y) with
+    x drawn across."""
+    extent = (*cell_edges(field_axes.coords[0]), *cell_edges(field_axes.coords[1]))
+    figure = Figure(figsize=(12, 3.8), layout="constrained")
+    panels = figure.subplots(1, 3, sharey=True)
+    draw_comparison_row(figure, panels, truth[-1].T, predicted[-1].T, field_axes.field, dict(extent=extent))
+    for axes in panels:
+        axes.set_xlabel(f"x ({field_axes.unit})")
+    panels[0].set_ylabel(f"y ({field_axes.unit})")
+    last = truth.shape[0]
+    figure.suptitle(f"{title}, last rollout step (step {last}, t = {field_axes.times[-1]:.4g})")
+    return figure
+
+
+def last_frame_png(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> bytes:
+    return figure_to_png(last_frame_figure(truth, predicted, title, field_axes))
+
+
 def snapshots_figure(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> Figure:
-    """Truth, prediction and error of 2D fields at up to 4 frames across the rollout (one row each, one
-    colour scale per column); arrays (frames, x, y) with x drawn across."""
+    """Truth, prediction and error (rows) of 2D fields at up to 4 frames across the rollout (columns, time
+    running to the right; one colour scale per row); arrays (frames, x, y) with x drawn across."""
     frames = snapshot_frames(truth.shape[0])
     extent = (*cell_edges(field_axes.coords[0]), *cell_edges(field_axes.coords[1]))
-    figure = Figure(figsize=(10.5, 3.0 * len(frames) + 1.4), layout="constrained")
-    grid = figure.subplots(len(frames), 3, squeeze=False, sharex=True, sharey=True)
+    figure = Figure(figsize=(2.9 * len(frames) + 1.6, 8.4), layout="constrained")
+    grid = figure.subplots(3, len(frames), squeeze=False, sharex=True, sharey=True)
     limits = float(min(truth.min(), predicted.min())), float(max(truth.max(), predicted.max()))
     bound = float(np.abs(predicted - truth).max()) or 1.0
-    for row, frame in enumerate(frames):
-        titles = ("truth", "prediction", "prediction - truth") if row == 0 else ("", "", "")
+    for column, frame in enumerate(frames):
+        when = f"step {frame + 1}, t = {field_axes.times[frame]:.4g}"
         draw_comparison_row(
             figure,
-            grid[row],
+            grid[:, column],
             truth[frame].T,
             predicted[frame].T,
             field_axes.field,
@@ -139,20 +158,18 @@ def snapshots_figure(truth: np.ndarray, predicted: np.ndarray, title: str, field
             limits,
             bound,
             colorbars=False,
-            titles=titles,
+            titles=(when, "", ""),
         )
-        when = f"step {frame + 1}, t = {field_axes.times[frame]:.4g}"
-        grid[row, 0].set_ylabel(f"{when}\ny ({field_axes.unit})")
-    for column, label in enumerate((field_axes.field, field_axes.field, f"error in {field_axes.field}")):
         grid[-1, column].set_xlabel(f"x ({field_axes.unit})")
-        figure.colorbar(
-            grid[0, column].images[0],
-            ax=grid[:, column],
-            label=label,
-            location="bottom",
-            shrink=0.9,
-            aspect=25,
+    for row, (name, label) in enumerate(
+        (
+            ("truth", field_axes.field),
+            ("prediction", field_axes.field),
+            ("prediction - truth", f"error in {field_axes.field}"),
         )
+    ):
+        grid[row, 0].set_ylabel(f"{name}\ny ({field_axes.unit})")
+        figure.colorbar(grid[row, 0].images[0], ax=grid[row, :], label=label, shrink=0.9)
     figure.suptitle(title)
     return figure
 
