@@ -1,6 +1,9 @@
 """Figures of an evaluation, rendered with matplotlib's Agg canvas (no display, no pyplot global state).
 
-Each function returns PNG bytes; the caller writes them (atomically) and embeds them in the report.
+A `*_figure` function returns the matplotlib Figure (tests read its axes), its `*_png` twin the PNG bytes
+that the caller writes (atomically) and embeds in the report. Axes are in the dataset's units: x, y in grid
+coordinates, t in the frames' time; rollout steps have integer ticks; quantities of
+different units never share an axis.
 """
 
 from __future__ import annotations

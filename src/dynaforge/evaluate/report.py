@@ -3,8 +3,8 @@
 Sections: summary, a table of every metric (definition and source, one-step value, rollout values), the
 error against the rollout step for each metric, for a staged latent stack its predictor-corrector rollouts
 and ensembles (`dynaforge.evaluate.stack_report`), The Well's time windows, the correlation time, physics
-diagnostics (conserved quantities, energy spectra), the worst test samples, sample figures, the training
-summary and the run's config.
+diagnostics (conserved quantities, energy spectra), the worst test samples, sample figures (never the
+same trajectory twice), the training summary and loss curves (from RUN/metrics.jsonl) and the run's config.
 """
 
 from __future__ import annotations
