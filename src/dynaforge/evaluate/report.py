@@ -59,7 +59,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def summary_table(metrics: Mapping[str, Any]) -> str:
     timing = metrics["correlation_time"]
-    when = f"{timing['frames']} steps" + (
+    when = f"{timing['frames']} step{'' if timing['frames'] == 1 else 's'}" + (
         f" = {timing['time']:.4g} time units" if timing["time"] is not None else ""
     )
     rows = [
