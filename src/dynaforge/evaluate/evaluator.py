@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import h5py
 import numpy as np
 import torch
 
@@ -39,11 +40,15 @@ from dynaforge.config import (
 from dynaforge.data import DataIdentity, Normalizer, check_same_data, data_fingerprint
 from dynaforge.errors import RunError
 from dynaforge.evaluate.plots import (
+    FieldAxes,
+    Panel,
     error_vs_step_png,
+    last_frame_png,
     metric_curves_png,
-    snapshot_png,
+    snapshots_png,
     space_time_png,
     spectra_png,
+    training_curves_png,
 )
 from dynaforge.evaluate.report import render_report
 from dynaforge.evaluate.rollout import Rollouts, one_step_predictions, rollouts
@@ -62,6 +67,7 @@ from dynaforge.models.latent_stack import LatentStack, load_stack
 from dynaforge.runs import RunFolder, load_checkpoint, run_folder
 from dynaforge.store import DatasetFolder, SplitArrays
 from dynaforge.store.format import AXIS_NAMES, file_sha256
+from dynaforge.store.labels import units_of
 from dynaforge.threads import on_one_thread
 from dynaforge.train.log import read_metrics
 
@@ -69,6 +75,43 @@ log = logging.getLogger(__name__)
 
 METRICS = "metrics.json"
 REPORT = "report.html"
+
+
+PANEL_YLABELS = {
+    "relative errors": "error / size of the truth",
+    "absolute errors": "error (units of the field)",
+    "Fourier-band RMSE (PDEBench)": "RMSE (units of the field)",
+    "binned spectral MSE (The Well)": "MSE (units of the field, squared)",
+    "binned spectral nMSE (The Well)": "MSE / true energy in the bin",
+    "correlation with the truth": "Pearson correlation",
+}
+"""The y label of each panel of `dynaforge.evaluate.suite.PANELS` whose metrics share a unit."""
+
+DIAGNOSTIC_PANELS = (
+    Panel("energy-spectrum error", ("spectrum_error",), "mean |log10 E_pred(k) / E_true(k)|"),
+    Panel("mass drift", ("mass_drift",), "|mean of prediction - of truth|"),
+    Panel("energy drift", ("energy_drift",), "|energy drift| / energy of truth"),
+)
+"""The physics diagnostics, one panel each: their units differ."""
+
+REPORT_PANELS = (
+    *(Panel(title, names, PANEL_YLABELS[title]) for title, names in PANELS if title in PANEL_YLABELS),
+    *DIAGNOSTIC_PANELS,
+)
+
+
+class ReportInputs(NamedTuple):
+    """What the report draws beyond metrics.json: names, the test grid and the predicted frames' times."""
+
+    run_name: str
+    model: str
+    channels: tuple[str, ...]
+    units: str
+    """The dataset's system of units, e.g. `nondimensional` (`dynaforge.store.labels.units_of`)."""
+    coords: tuple[np.ndarray, ...]
+    """The grid coordinates of every test sample along each spatial axis, (samples, points) each."""
+    times: np.ndarray
+    """The time of each predicted rollout frame, (frames,)."""
 
 
 class EvaluationResult(NamedTuple):
@@ -169,7 +212,8 @@ def evaluate(
     if stack is not None:
         metrics["latent_stack"] = on_one_thread(lambda: stack_metrics(stack, rolled, test, dataset, trained))
     out = evaluation_folder(folder, checkpoint, dataset)
-    report = write_outputs(folder, metrics, rolled, config, trained, model_folder, out)
+    inputs = report_inputs(folder, dataset, test, shape, stride, config, rolled, trained, stack is not None)
+    report = write_outputs(folder, metrics, rolled, config, trained, inputs, model_folder, out)
     log.info(
         "test one-step nRMSE %.3e, rollout nRMSE at step %d %.3e; report: %s",
         metrics["one_step_nrmse"],
@@ -190,6 +234,59 @@ def stack_metrics(
         train_fields = dataset.read_split("train").fields
         steady = steady_prior_score(stack, test.fields, test.params, train_fields, last_frames)
     return stack_section(stack, rolled, test.params, steady=steady)
+
+
+def report_inputs(
+    folder: RunFolder,
+    dataset: DatasetFolder,
+    test: SplitArrays,
+    shape: ModelShape,
+    stride: int,
+    config: EvaluateConfig,
+    rolled: Rollouts,
+    trained: Config,
+    stacked: bool,
+) -> ReportInputs:
+    """Names, grid and frame times of the report's figures. Predicted frame k (0-based) stands for stored
+    frame start_frame + (history + k) * stride."""
+    frames, channels = rolled.predicted.shape[1], rolled.predicted.shape[2]
+    stored = config.start_frame + (shape.history + np.arange(frames)) * stride
+    if len(test.time) > int(stored[-1]):
+        times = np.asarray(test.time, dtype=np.float64)[stored]
+    else:  # a store without frame times for every frame: frame indices
+        times = stored.astype(np.float64)
+    coords = []
+    for axis, points in zip(AXIS_NAMES, rolled.predicted.shape[3:]):
+        grid = test.coords.get(axis)
+        if grid is None or grid.shape[-1] != points:
+            grid = np.broadcast_to(np.arange(points, dtype=np.float64), (rolled.predicted.shape[0], points))
+        coords.append(np.asarray(grid, dtype=np.float64))
+    root = folder.root.resolve()
+    return ReportInputs(
+        run_name=f"{root.parent.name}/{root.name}" if root.parent.name else root.name,
+        model="latent stack" if stacked else trained.model.name,
+        channels=channel_names(dataset, channels),
+        units=units_of(dataset.system).system,
+        coords=tuple(coords),
+        times=times,
+    )
+
+
+def channel_names(dataset: DatasetFolder, channels: int) -> tuple[str, ...]:
+    """The dataset's channel names (its shards' `channel_names`), `channel I` where none are recorded."""
+    names: list[str] = []
+    if dataset.foreign is not None:
+        names = list(dataset.foreign.layout.channel_names)
+    else:
+        paths = dataset.shard_paths("test")
+        if paths:
+            with h5py.File(paths[0], "r") as h5:
+                names = [
+                    n.decode() if isinstance(n, bytes) else str(n) for n in h5.attrs.get("channel_names", [])
+                ]
+    if len(names) != channels:
+        names = [f"channel {i}" for i in range(channels)]
+    return tuple(names)
 
 
 def metric_settings(
@@ -281,6 +378,7 @@ def write_outputs(
     rolled: Rollouts,
     config: EvaluateConfig,
     trained: Config,
+    inputs: ReportInputs,
     model_folder: RunFolder | None = None,
     out: Path | None = None,
 ) -> Path:
@@ -289,7 +387,13 @@ def write_outputs(
     default `folder`)."""
     out = out or folder.eval
     out.mkdir(parents=True, exist_ok=True)
-    figures = report_figures(metrics, rolled, config)
+    worst, samples = drawn_trajectories(metrics, config)
+    figures = report_figures(metrics, rolled, inputs, worst, samples)
+    training_png = training_figure(model_folder or folder)
+    if training_png is not None:
+        figures["training"] = [
+            ("Training and validation loss from metrics.jsonl", "training.png", training_png)
+        ]
     if "latent_stack" in metrics:
         figures["stack"] = stack_figures(metrics["latent_stack"], metrics["frame_dt"])
     for section in figures.values():
@@ -297,18 +401,37 @@ def write_outputs(
             atomic_write_bytes(out / name, png)
     atomic_write_json(out / METRICS, metrics)
     html = render_report(
-        title=f"dynaforge evaluation: {folder.root.name or folder.root}",
+        title=f"{metrics['system']} ({len(inputs.coords)}D), {inputs.model} model: run {inputs.run_name}",
         metrics=metrics,
         figures={key: [(caption, png) for caption, _, png in section] for key, section in figures.items()},
         config_yaml=config_to_yaml(trained),
         training=training_summary(model_folder or folder),
+        worst=worst,
     )
     atomic_write_text(out / REPORT, html)
     return out / REPORT
 
 
+def drawn_trajectories(
+    metrics: dict[str, Any], config: EvaluateConfig
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """The worst samples the report shows and the other test trajectories it draws, never the same one
+    twice: `plot_samples` trajectories that are not among the worst come first (they show what a typical
+    rollout looks like), so a small split shows fewer worst samples than metrics.json lists."""
+    total = metrics["test_samples"]
+    samples_wanted = min(config.plot_samples, total)
+    worst = metrics["worst_samples"][: max(total - samples_wanted, 0)]
+    taken = {w["index"] for w in worst}
+    samples = [index for index in range(total) if index not in taken][:samples_wanted]
+    return worst, samples
+
+
 def report_figures(
-    metrics: dict[str, Any], rolled: Rollouts, config: EvaluateConfig
+    metrics: dict[str, Any],
+    rolled: Rollouts,
+    inputs: ReportInputs,
+    worst: list[dict[str, Any]],
+    samples: list[int],
 ) -> dict[str, list[tuple[str, str, bytes]]]:
     """Report section -> (caption, file name, PNG bytes) of every figure."""
     labels = {name: info.label for name, info in METRICS_INFO.items()}
@@ -321,9 +444,9 @@ def report_figures(
                 error_vs_step_png(metrics["rollout_nrmse"], metrics["one_step_nrmse"], metrics["frame_dt"]),
             ),
             (
-                "Every metric against the rollout step",
+                "Every metric against the rollout step (one panel per unit)",
                 "metrics_vs_step.png",
-                metric_curves_png(PANELS, metrics["rollout_per_frame"], labels, metrics["frame_dt"]),
+                metric_curves_png(REPORT_PANELS, metrics["rollout_per_frame"], labels, metrics["frame_dt"]),
             ),
         ],
         "physics": [
@@ -336,29 +459,54 @@ def report_figures(
         "worst": [],
         "samples": [],
     }
-    drawn: dict[int, bytes] = {}  # a worst sample that is also a plotted sample is drawn once
-    for rank, worst in enumerate(metrics["worst_samples"]):
-        index = worst["index"]
-        caption = f"Worst sample {rank + 1}: test trajectory {index} (rollout nRMSE {worst['nrmse']:.3e}, channel 0)"
-        drawn[index] = sample_png(rolled, index, f"test trajectory {index}")
-        figures["worst"].append((caption, f"worst_{rank + 1}.png", drawn[index]))
-    for sample in range(min(config.plot_samples, rolled.truth.shape[0])):
-        caption = f"Test trajectory {sample}: truth, rollout prediction and error (channel 0)"
-        png = drawn.get(sample) or sample_png(rolled, sample, f"test trajectory {sample}")
-        figures["samples"].append((caption, f"sample_{sample}.png", png))
+    channel = inputs.channels[0]
+    for rank, sample in enumerate(worst):
+        index = sample["index"]
+        about = f"Worst sample {rank + 1}: test trajectory {index} (rollout nRMSE {sample['nrmse']:.3e}), channel {channel}"
+        title = f"Worst sample {rank + 1}: test trajectory {index}"
+        for suffix, what, png in sample_figures(rolled, index, title, inputs):
+            figures["worst"].append((f"{about}{what}", f"worst_{rank + 1}{suffix}.png", png))
+    for position, index in enumerate(samples):
+        about = f"Test trajectory {index}: truth, rollout prediction and error, channel {channel}"
+        for suffix, what, png in sample_figures(rolled, index, f"Test trajectory {index}", inputs):
+            figures["samples"].append((f"{about}{what}", f"sample_{position}{suffix}.png", png))
     return figures
 
 
-def sample_png(rolled: Rollouts, sample: int, title: str) -> bytes:
-    """Space-time images of channel 0 for 1D fields; the last predicted frame for 2D and 3D (a mid slice)."""
+def sample_figures(
+    rolled: Rollouts, sample: int, title: str, inputs: ReportInputs
+) -> list[tuple[str, str, bytes]]:
+    """(file name suffix, caption suffix, PNG) of channel 0 of one trajectory: space-time images for 1D
+    fields; for 2D and 3D (a mid slice), the last predicted frame and 4 frames across the rollout."""
     truth, predicted = rolled.truth[sample, :, 0].numpy(), rolled.predicted[sample, :, 0].numpy()
+    field_axes = FieldAxes(
+        coords=tuple(c[sample] for c in inputs.coords),
+        times=inputs.times,
+        field=f"{inputs.channels[0]} ({inputs.units})",
+        unit=inputs.units,
+    )
     if truth.ndim == 2:  # (frames, x)
-        return space_time_png(truth, predicted, title)
-    last_truth, last_predicted = truth[-1], predicted[-1]
-    while last_truth.ndim > 2:  # 3D: the middle slice along the last axis
-        middle = last_truth.shape[-1] // 2
-        last_truth, last_predicted = last_truth[..., middle], last_predicted[..., middle]
-    return snapshot_png(last_truth, last_predicted, f"{title}, last rollout step")
+        return [("", "", space_time_png(truth, predicted, title, field_axes))]
+    while truth.ndim > 3:  # 3D: the middle slice along the last axis
+        middle = truth.shape[-1] // 2
+        truth, predicted = truth[..., middle], predicted[..., middle]
+        title = f"{title}, mid-{AXIS_NAMES[truth.ndim - 1]} slice"
+    return [
+        ("", ", last rollout step", last_frame_png(truth, predicted, title, field_axes)),
+        ("_frames", ", frames across the rollout", snapshots_png(truth, predicted, title, field_axes)),
+    ]
+
+
+def training_figure(folder: RunFolder) -> bytes | None:
+    """The loss curves of metrics.jsonl: per logged window of steps and per epoch (None without a log)."""
+    if not folder.metrics.exists():
+        return None
+    records = read_metrics(folder.metrics)
+    windows = [r for r in records if r.get("kind") == "train" and "loss" in r and "step" in r]
+    epochs = [r for r in records if r.get("kind") == "epoch" and "step" in r]
+    if not windows and not epochs:
+        return None
+    return training_curves_png([r["step"] for r in windows], [r["loss"] for r in windows], epochs)
 
 
 def training_summary(folder: RunFolder) -> dict[str, Any]:

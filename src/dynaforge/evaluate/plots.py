@@ -1,13 +1,16 @@
 """Figures of an evaluation, rendered with matplotlib's Agg canvas (no display, no pyplot global state).
 
-Each function returns PNG bytes; the caller writes them (atomically) and embeds them in the report.
+A `*_figure` function returns the matplotlib Figure (tests read its axes), its `*_png` twin the PNG bytes
+that the caller writes (atomically) and embeds in the report. Axes are in the dataset's units: x, y in grid
+coordinates, t in the frames' time; rollout steps have integer ticks; quantities of
+different units never share an axis.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -39,95 +42,254 @@ def error_vs_step_png(rollout_nrmse: Sequence[float], one_step_nrmse: float, fra
 
 
 def label_rollout_axes(axes: Axes, frame_dt: float | None, title: str) -> None:
-    """Integer rollout steps (in time units when `frame_dt` is known) against nRMSE, gridded."""
-    unit = f" (x {frame_dt:.4g} time units)" if frame_dt else ""
+    """Integer rollout steps against nRMSE, gridded; the time since the rollout's start on top when
+    `frame_dt` is known."""
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel(f"rollout step{unit}")
+    axes.set_xlabel("rollout step")
+    if frame_dt:
+        top = axes.secondary_xaxis("top", functions=(lambda s: s * frame_dt, lambda t: t / frame_dt))
+        top.set_xlabel("time after the last input frame")
     axes.set_ylabel("nRMSE (relative L2)")
     axes.set_title(title)
     axes.grid(True, which="both", alpha=0.3)
 
 
-def space_time_png(truth: np.ndarray, predicted: np.ndarray, title: str) -> bytes:
-    """Truth, prediction and error as space-time images; arrays are (frames, x), time running upwards."""
-    extent = (0, truth.shape[1], 0.5, truth.shape[0] + 0.5)
-    return comparison_png(
-        truth, predicted, title, ("grid point", "rollout step"), dict(aspect="auto", extent=extent), True
+class FieldAxes(NamedTuple):
+    """What a sample figure's axes stand for, in the dataset's units."""
+
+    coords: tuple[np.ndarray, ...]
+    """The grid coordinate of each point along each spatial axis (x, y, ...), (points,) each."""
+    times: np.ndarray
+    """The time of each predicted frame, (frames,)."""
+    field: str
+    """The plotted channel's name and unit, e.g. `u (nondimensional)`: the colorbars' label."""
+    unit: str
+    """How the unit of time and space reads in an axis label, e.g. `nondimensional`."""
+
+
+def cell_edges(centres: np.ndarray) -> tuple[float, float]:
+    """The outer edges of cells centred on evenly spaced `centres` (half a spacing beyond each end)."""
+    half = 0.5 * float(centres[1] - centres[0]) if len(centres) > 1 else 0.5
+    return float(centres[0]) - half, float(centres[-1]) + half
+
+
+def space_time_figure(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> Figure:
+    """Truth, prediction and error as space-time images; arrays are (frames, x), time running upwards,
+    x in grid coordinates and t in the dataset's time."""
+    extent = (*cell_edges(field_axes.coords[0]), *cell_edges(field_axes.times))
+    figure = Figure(figsize=(12, 3.8), layout="constrained")
+    panels = figure.subplots(1, 3, sharey=True)
+    draw_comparison_row(
+        figure, panels, truth, predicted, field_axes.field, dict(aspect="auto", extent=extent)
     )
+    for axes in panels:
+        axes.set_xlabel(f"x ({field_axes.unit})")
+    panels[0].set_ylabel(f"time t ({field_axes.unit})")
+    figure.suptitle(title)
+    return figure
 
 
-def comparison_png(
+def space_time_png(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> bytes:
+    return figure_to_png(space_time_figure(truth, predicted, title, field_axes))
+
+
+def draw_comparison_row(
+    figure: Figure,
+    panels: Sequence[Axes] | np.ndarray,
     truth: np.ndarray,
     predicted: np.ndarray,
-    title: str,
-    labels: tuple[str, str],
+    field: str,
     image_options: dict[str, Any],
-    share_y: bool = False,
-) -> bytes:
-    """Truth, prediction (one colour scale) and their difference (a diverging one) side by side; images
-    drawn with `imshow(image, origin="lower", **image_options)`, axes labelled `labels` (x, y)."""
-    figure = Figure(figsize=(12, 3.6), layout="constrained")
-    panels = figure.subplots(1, 3, sharey=share_y)
-    low, high = float(min(truth.min(), predicted.min())), float(max(truth.max(), predicted.max()))
+    limits: tuple[float, float] | None = None,
+    bound: float | None = None,
+    colorbars: bool = True,
+    titles: Sequence[str] = ("truth", "prediction", "prediction - truth"),
+) -> None:
+    """Truth, prediction (one colour scale, `limits` or their range) and their difference (a diverging
+    scale, +-`bound` or the largest error) on three axes, drawn with `imshow(origin="lower")`."""
+    low, high = limits or (float(min(truth.min(), predicted.min())), float(max(truth.max(), predicted.max())))
     error = predicted - truth
-    bound = float(np.abs(error).max()) or 1.0
-    for axes, image, name, cmap, limits in (
-        (panels[0], truth, "truth", "viridis", (low, high)),
-        (panels[1], predicted, "prediction", "viridis", (low, high)),
-        (panels[2], error, "prediction - truth", "RdBu_r", (-bound, bound)),
+    bound = bound or float(np.abs(error).max()) or 1.0
+    for axes, image, name, cmap, (vmin, vmax), label in (
+        (panels[0], truth, titles[0], "viridis", (low, high), field),
+        (panels[1], predicted, titles[1], "viridis", (low, high), field),
+        (panels[2], error, titles[2], "RdBu_r", (-bound, bound), f"error in {field}"),
     ):
-        shown = axes.imshow(image, origin="lower", cmap=cmap, vmin=limits[0], vmax=limits[1], **image_options)
+        shown = axes.imshow(image, origin="lower", cmap=cmap, vmin=vmin, vmax=vmax, **image_options)
         axes.set_title(name)
-        axes.set_xlabel(labels[0])
-        figure.colorbar(shown, ax=axes)
-    panels[0].set_ylabel(labels[1])
+        if colorbars:
+            figure.colorbar(shown, ax=axes, label=label)
+
+
+def last_frame_figure(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> Figure:
+    """Truth, prediction and error of the last predicted 2D frame side by side; arrays (frames, x, y) with
+    x drawn across."""
+    extent = (*cell_edges(field_axes.coords[0]), *cell_edges(field_axes.coords[1]))
+    figure = Figure(figsize=(12, 3.8), layout="constrained")
+    panels = figure.subplots(1, 3, sharey=True)
+    draw_comparison_row(figure, panels, truth[-1].T, predicted[-1].T, field_axes.field, dict(extent=extent))
+    for axes in panels:
+        axes.set_xlabel(f"x ({field_axes.unit})")
+    panels[0].set_ylabel(f"y ({field_axes.unit})")
+    last = truth.shape[0]
+    figure.suptitle(f"{title}, last rollout step (step {last}, t = {field_axes.times[-1]:.4g})")
+    return figure
+
+
+def last_frame_png(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> bytes:
+    return figure_to_png(last_frame_figure(truth, predicted, title, field_axes))
+
+
+def snapshots_figure(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> Figure:
+    """Truth, prediction and error (rows) of 2D fields at up to 4 frames across the rollout (columns, time
+    running to the right; one colour scale per row); arrays (frames, x, y) with x drawn across."""
+    frames = snapshot_frames(truth.shape[0])
+    extent = (*cell_edges(field_axes.coords[0]), *cell_edges(field_axes.coords[1]))
+    figure = Figure(figsize=(2.9 * len(frames) + 1.6, 8.4), layout="constrained")
+    grid = figure.subplots(3, len(frames), squeeze=False, sharex=True, sharey=True)
+    limits = float(min(truth.min(), predicted.min())), float(max(truth.max(), predicted.max()))
+    bound = float(np.abs(predicted - truth).max()) or 1.0
+    for column, frame in enumerate(frames):
+        when = f"step {frame + 1}, t = {field_axes.times[frame]:.4g}"
+        draw_comparison_row(
+            figure,
+            grid[:, column],
+            truth[frame].T,
+            predicted[frame].T,
+            field_axes.field,
+            dict(extent=extent),
+            limits,
+            bound,
+            colorbars=False,
+            titles=(when, "", ""),
+        )
+        grid[-1, column].set_xlabel(f"x ({field_axes.unit})")
+    for row, (name, label) in enumerate(
+        (
+            ("truth", field_axes.field),
+            ("prediction", field_axes.field),
+            ("prediction - truth", f"error in {field_axes.field}"),
+        )
+    ):
+        grid[row, 0].set_ylabel(f"{name}\ny ({field_axes.unit})")
+        figure.colorbar(grid[row, 0].images[0], ax=grid[row, :], label=label, shrink=0.9)
     figure.suptitle(title)
-    return figure_to_png(figure)
+    return figure
 
 
-def metric_curves_png(
-    panels: Sequence[tuple[str, Sequence[str]]],
+def snapshots_png(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> bytes:
+    return figure_to_png(snapshots_figure(truth, predicted, title, field_axes))
+
+
+def snapshot_frames(frames: int, most: int = 4) -> list[int]:
+    """Up to `most` distinct frame indices spread evenly from the first predicted frame to the last."""
+    return sorted({round(i * (frames - 1) / max(most - 1, 1)) for i in range(min(most, frames))})
+
+
+class Panel(NamedTuple):
+    """One panel of the small multiples: its title, the metrics it draws (of one unit) and its y label."""
+
+    title: str
+    names: Sequence[str]
+    ylabel: str
+
+
+def metric_curves_figure(
+    panels: Sequence[Panel],
     curves: Mapping[str, Sequence[float]],
     labels: Mapping[str, str],
     frame_dt: float | None,
-) -> bytes:
-    """One panel per group of metrics (title, metric names): each metric's value at each rollout step,
-    on a log scale when every value in the panel is > 0."""
-    shown = [(title, [n for n in names if n in curves]) for title, names in panels]
-    shown = [(title, names) for title, names in shown if names]
-    columns = min(4, max(len(shown), 1))
+) -> Figure:
+    """One panel per group of metrics of one unit: each metric's value at each rollout step, on a log scale
+    when every value in the panel is > 0."""
+    shown = [panel._replace(names=[n for n in panel.names if n in curves]) for panel in panels]
+    shown = [panel for panel in shown if panel.names]
+    columns = min(3, max(len(shown), 1))
     rows = max(1, -(-len(shown) // columns))
-    figure = Figure(figsize=(3.4 * columns, 2.8 * rows))
+    figure = Figure(figsize=(4.4 * columns, 3.3 * rows))
     axes_grid = figure.subplots(rows, columns, squeeze=False)
     # A fixed layout: constrained layout would double the drawing time of this figure.
-    figure.subplots_adjust(left=0.06, right=0.98, bottom=0.1, top=0.92, wspace=0.3, hspace=0.45)
-    unit = f" (x {frame_dt:.3g})" if frame_dt else ""
+    figure.subplots_adjust(left=0.085, right=0.98, bottom=0.08, top=0.95, wspace=0.35, hspace=0.55)
+    unit = f" (1 step = {frame_dt:.3g} time units)" if frame_dt else ""
     for index, axes in enumerate(axes_grid.flat):
         if index >= len(shown):
             axes.set_axis_off()
             continue
-        title, names = shown[index]
-        values = [np.asarray(curves[name], dtype=np.float64) for name in names]
-        for name, curve in zip(names, values):
+        panel = shown[index]
+        values = [np.asarray(curves[name], dtype=np.float64) for name in panel.names]
+        for name, curve in zip(panel.names, values):
             axes.plot(
-                np.arange(1, len(curve) + 1), curve, marker="o", markersize=2, label=labels.get(name, name)
+                np.arange(1, len(curve) + 1), curve, marker="o", markersize=3, label=labels.get(name, name)
             )
-        if all(np.all(v > 0) for v in values) and "correlation" not in names:
+        if spans_decades(values) and "correlation" not in panel.names:
             axes.set_yscale("log")
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axes.set_title(title, fontsize=9)
-        axes.tick_params(labelsize=7)
+        axes.set_title(panel.title, fontsize=10)
+        axes.tick_params(labelsize=8)
         axes.grid(True, which="both", alpha=0.3)
-        axes.set_xlabel(f"rollout step{unit}", fontsize=8)
-        axes.legend(fontsize=6)
-    return figure_to_png(figure)
+        axes.set_xlabel(f"rollout step{unit}", fontsize=9)
+        axes.set_ylabel(panel.ylabel, fontsize=9)
+        if len(panel.names) > 1:  # a single curve is named by the panel's title
+            axes.legend(fontsize=8)
+    return figure
+
+
+def spans_decades(values: Sequence[np.ndarray]) -> bool:
+    """Whether curves are all > 0 and spread over more than a decade: a log scale reads them, a linear
+    one reads a narrower range (log ticks there are few and odd, like 2.4 x 10^0)."""
+    joined = np.concatenate([np.ravel(v) for v in values]) if values else np.zeros(0)
+    return bool(joined.size) and bool(np.all(joined > 0)) and float(joined.max() / joined.min()) > 10
+
+
+def metric_curves_png(
+    panels: Sequence[Panel],
+    curves: Mapping[str, Sequence[float]],
+    labels: Mapping[str, str],
+    frame_dt: float | None,
+) -> bytes:
+    return figure_to_png(metric_curves_figure(panels, curves, labels, frame_dt))
+
+
+def training_curves_figure(
+    steps: Sequence[int], losses: Sequence[float], epochs: Sequence[Mapping[str, Any]]
+) -> Figure:
+    """The training loss of each logged window of optimizer steps (`steps`, `losses`) and, per epoch (at
+    its last step), the mean training loss and the validation loss; log y."""
+    figure = Figure(figsize=(7, 4), layout="constrained")
+    axes = figure.add_subplot()
+    if len(steps):
+        axes.plot(
+            steps, losses, color="tab:blue", alpha=0.45, linewidth=1, label="training loss, per logged window"
+        )
+    at = [r["step"] for r in epochs]
+    for key, color, label in (
+        ("train_loss", "tab:blue", "training loss, epoch mean"),
+        ("val_loss", "tab:orange", "validation loss"),
+    ):
+        if epochs and all(r.get(key) is not None for r in epochs):
+            axes.plot(at, [r[key] for r in epochs], color=color, marker="o", markersize=4, label=label)
+    if all(v > 0 for line in axes.get_lines() for v in line.get_ydata()):
+        axes.set_yscale("log")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("optimizer step (dots: end of each epoch)")
+    axes.set_ylabel("loss (normalised fields)")
+    axes.set_title("Training and validation loss (metrics.jsonl)")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=9)
+    return figure
+
+
+def training_curves_png(
+    steps: Sequence[int], losses: Sequence[float], epochs: Sequence[Mapping[str, Any]]
+) -> bytes:
+    return figure_to_png(training_curves_figure(steps, losses, epochs))
 
 
 def spectra_png(
     truth: Sequence[Sequence[float]], predicted: Sequence[Sequence[float]], frames: Sequence[int]
 ) -> bytes:
     """Energy spectra E(k) of truth (solid) and prediction (dashed) at a few rollout steps, log-log."""
-    figure = Figure(figsize=(6, 4), layout="constrained")
+    figure = Figure(figsize=(7, 4.5), layout="constrained")
     axes = figure.add_subplot()
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
     for i, frame in enumerate(frames):
@@ -146,10 +308,5 @@ def spectra_png(
     axes.set_ylabel("E(k), mean over samples and channels")
     axes.set_title("Energy spectra of truth and prediction")
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=7)
+    axes.legend(fontsize=8)
     return figure_to_png(figure)
-
-
-def snapshot_png(truth: np.ndarray, predicted: np.ndarray, title: str) -> bytes:
-    """Truth, prediction and error of one 2D frame, arrays (x, y) with x drawn across."""
-    return comparison_png(truth.T, predicted.T, title, ("x", "y"), {})

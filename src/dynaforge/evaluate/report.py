@@ -3,15 +3,14 @@
 Sections: summary, a table of every metric (definition and source, one-step value, rollout values), the
 error against the rollout step for each metric, for a staged latent stack its predictor-corrector rollouts
 and ensembles (`dynaforge.evaluate.stack_report`), The Well's time windows, the correlation time, physics
-diagnostics (conserved quantities, energy spectra), the worst test samples, sample figures, the training
-summary and the run's config.
+diagnostics (conserved quantities, energy spectra), the worst test samples, sample figures (never the
+same trajectory twice), the training summary and loss curves (from RUN/metrics.jsonl) and the run's config.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +18,8 @@ from dynaforge.evaluate.stack_report import LABELS, variant_label
 from dynaforge.evaluate.suite import METRICS
 
 Figures = Mapping[str, Sequence[tuple[str, bytes]]]
-"""Report section ("horizon", "physics", "worst", "samples") -> (caption, PNG bytes) figures."""
+"""Report section ("horizon", "physics", "worst", "samples", "training", "stack") -> (caption, PNG bytes)
+figures."""
 
 
 def png_to_img(png: bytes, alt: str) -> str:
@@ -59,7 +59,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def summary_table(metrics: Mapping[str, Any]) -> str:
     timing = metrics["correlation_time"]
-    when = f"{timing['frames']} steps" + (
+    when = f"{timing['frames']} step{'' if timing['frames'] == 1 else 's'}" + (
         f" = {timing['time']:.4g} time units" if timing["time"] is not None else ""
     )
     rows = [
@@ -147,9 +147,39 @@ def physics_html(metrics: Mapping[str, Any]) -> str:
     return f"<p>{text}</p>" + table(("diagnostic", "rollout step 1", "rollout last step"), rows)
 
 
-def worst_table(metrics: Mapping[str, Any]) -> str:
-    rows = [(rank + 1, w["index"], w["nrmse"]) for rank, w in enumerate(metrics["worst_samples"])]
-    return table(("rank", "test trajectory", "rollout nRMSE (mean over steps)"), rows)
+def worst_table(metrics: Mapping[str, Any], worst: Sequence[Mapping[str, Any]]) -> str:
+    """The worst samples the report draws; a note when metrics.json lists more (a small split, whose other
+    trajectories are drawn as samples instead)."""
+    rows = [(rank + 1, w["index"], w["nrmse"]) for rank, w in enumerate(worst)]
+    listed = len(metrics["worst_samples"])
+    note = (
+        ""
+        if listed == len(worst)
+        else f"<p>{len(worst)} of the {listed} worst samples in metrics.json are shown: the test split has "
+        f"{metrics['test_samples']} trajectories and the others are drawn under Sample trajectories.</p>"
+    )
+    return note + table(("rank", "test trajectory", "rollout nRMSE (mean over steps)"), rows)
+
+
+TRAINING_LABELS = {
+    "parameters": "model parameters",
+    "train_windows": "training windows",
+    "epochs": "epochs",
+    "steps": "optimizer steps",
+    "final_train_loss": "training loss, last epoch",
+    "best_val_loss": "best validation loss",
+    "training_seconds": "training time (s)",
+}
+
+
+def training_html(training: Mapping[str, Any], figures: Sequence[tuple[str, bytes]]) -> str:
+    if not training and not figures:
+        return "<p>No training log (metrics.jsonl) beside the checkpoint.</p>"
+    rows = [
+        (TRAINING_LABELS.get(key, key), Markup(f"{value:g}") if key == "training_seconds" else value)
+        for key, value in training.items()
+    ]
+    return (table(("quantity", "value"), rows) if rows else "") + figures_html(figures)
 
 
 def stack_html(section: Mapping[str, Any] | None, figures: Sequence[tuple[str, bytes]]) -> str:
@@ -217,8 +247,11 @@ def render_report(
     figures: Figures,
     config_yaml: str,
     training: Mapping[str, Any],
+    worst: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
-    """The HTML page: metrics, figures by section, training summary and the run's config."""
+    """The HTML page: metrics, figures by section, training summary and curves, and the run's config.
+    `worst`: the worst samples drawn (default: every one of metrics.json)."""
+    worst = metrics["worst_samples"] if worst is None else worst
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -256,12 +289,12 @@ APEBench (geometric mean of the nRMSE over the rollout); each is documented in
 {physics_html(metrics)}
 {figures_html(figures.get("physics", ()))}
 <h2>Worst test samples</h2>
-{worst_table(metrics)}
+{worst_table(metrics, worst)}
 {figures_html(figures.get("worst", ()))}
 <h2>Sample trajectories</h2>
 {figures_html(figures.get("samples", ()))}
 <h2>Training</h2>
-<pre>{html.escape(json.dumps(dict(training), indent=2))}</pre>
+{training_html(training, figures.get("training", ()))}
 <h2>Configuration</h2>
 <pre>{html.escape(config_yaml)}</pre>
 </body>

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from jaxtyping import Float
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
 from dynaforge.data import Normalizer, WindowDataset, fields_to_channels_first
@@ -342,8 +343,9 @@ def spread_png(section: dict[str, Any]) -> bytes:
             color=color,
             label=f"{LABELS.get(name, name)} (r = {row['spread_error_correlation']:.3f})",
         )
+    curves.xaxis.set_major_locator(MaxNLocator(integer=True))
     curves.set_xlabel("rollout step")
-    curves.set_ylabel("RMS (physical units)")
+    curves.set_ylabel("RMS (units of the field)")
     curves.set_title(f"{section['members']}-member ensembles: spread and error")
     curves.grid(True, alpha=0.3)
     curves.legend(fontsize="small")

@@ -109,12 +109,22 @@ def draw_plots(study: optuna.Study, out: Path, config: Config) -> dict[str, str]
                     # With few trials matplotlib warns about empty legends and flat axes: cosmetic only.
                     warnings.simplefilter("ignore", UserWarning)
                     axes = plot(study, target=target, target_name=objective.metric)
+                if kind == "optimization_history":
+                    integer_trial_ticks(axes)
                 save_axes(axes, out / name)
                 results[name] = "written"
             except (ValueError, RuntimeError, ZeroDivisionError) as error:
                 results[name] = f"skipped: {error}"
                 log.info("plot %s skipped: %s", name, error)
     return results
+
+
+def integer_trial_ticks(axes: Any) -> None:
+    """Trial numbers are integers: no tick at trial 2.5."""
+    from matplotlib.ticker import MaxNLocator  # lazy, as the plots
+
+    for each in axes.flat if hasattr(axes, "flat") else (axes,):
+        each.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def save_axes(axes: Any, path: Path) -> None:
