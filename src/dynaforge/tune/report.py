@@ -121,7 +121,7 @@ def draw_plots(study: optuna.Study, out: Path, config: Config) -> dict[str, str]
 
 def integer_trial_ticks(axes: Any) -> None:
     """Trial numbers are integers: no tick at trial 2.5."""
-    from matplotlib.ticker import MaxNLocator  # lazy, as the plots
+    from matplotlib.ticker import MaxNLocator  # lazy: matplotlib loads only where plots are drawn
 
     for each in axes.flat if hasattr(axes, "flat") else (axes,):
         each.xaxis.set_major_locator(MaxNLocator(integer=True))
