@@ -26,22 +26,18 @@ import h5py
 import numpy as np
 import torch
 from jaxtyping import Float
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor, nn
 
 from dynaforge.config import (
     Config,
     ConfigError,
     config_from_dict,
-    config_to_dict,
     load_config,
     resolve_device,
 )
 from dynaforge.data import Normalizer, fields_to_channels_first
 from dynaforge.evaluate import EvaluationResult
 from dynaforge.evaluate import evaluate as evaluate_run
-from dynaforge.evaluate.evaluator import evaluate_config_of
 from dynaforge.evaluate.rollout import predict_physical
 from dynaforge.floating import flush_denormals
 from dynaforge.generate import generate as generate_folder
@@ -128,7 +124,7 @@ def simulate(
     >>> tuple(sim.time.shape), tuple(sim.grid["x"].shape)
     ((11,), (2, 64))
     """
-    config = config_of(config, overrides)
+    config = load_config(config, overrides)
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
     n = config.dataset.split_sizes()[split] if n is None else n
@@ -165,7 +161,7 @@ def generate(
     >>> data.splits
     {'train': 8, 'val': 4, 'test': 4}
     """
-    generate_folder(config_of(config, overrides), out, progress=progress)
+    generate_folder(load_config(config, overrides), out, progress=progress)
     return open_dataset(out)
 
 
@@ -189,7 +185,7 @@ def train(
     1
     """
     folder = data.root if isinstance(data, Dataset) else data
-    return train_folder(config_of(config, overrides), folder, out, **options)
+    return train_folder(load_config(config, overrides), folder, out, **options)
 
 
 class Dataset:
@@ -339,8 +335,7 @@ class Run:
         (5, 'report.html')
         """
         folder = data.root if isinstance(data, Dataset) else data
-        config = dataclasses.replace(evaluate_config_of(run_folder(self.root)), checkpoint=self.checkpoint)
-        return evaluate_run(self.root, folder, config)
+        return evaluate_run(self.root, folder, checkpoint=self.checkpoint)
 
 
 def load_run(path: str | Path, *, checkpoint: Literal["best", "last"] = "best", device: str = "cpu") -> Run:
@@ -374,25 +369,6 @@ def load_run(path: str | Path, *, checkpoint: Literal["best", "last"] = "best", 
 
 
 # ---- helpers (candidates for the rooms below: see the module's report) ------------------------------------
-
-
-def config_of(config: ConfigLike, overrides: Sequence[str] = ()) -> Config:
-    """A `Config` from a preset's path or a `Config`, with dotted `key=value` overrides applied."""
-    if not isinstance(config, Config):
-        return load_config(config, overrides)
-    if not overrides:
-        return config
-    for item in overrides:
-        if "=" not in item or item.startswith("="):
-            raise ConfigError(f"override {item!r} is not of the form key.sub=value")
-    try:
-        merged = OmegaConf.merge(
-            OmegaConf.create(config_to_dict(config)), OmegaConf.from_dotlist(list(overrides))
-        )
-        data = OmegaConf.to_container(merged, resolve=True)
-    except OmegaConfBaseException as error:
-        raise ConfigError(f"cannot apply overrides {list(overrides)}: {error}") from error
-    return config_from_dict(data)  # type: ignore[arg-type]  # a mapping: the base is one
 
 
 def split_to_samples(arrays: SplitArrays) -> Samples:

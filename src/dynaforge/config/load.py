@@ -65,10 +65,16 @@ class Config:
     """Two-phase (equilibrium propagation) training of an energy-based model."""
 
 
-def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
-    """Load a YAML preset (or the defaults when `path` is None) and apply dotted `key=value` overrides."""
+def load_config(path: str | Path | Config | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Load a YAML preset (or start from a `Config`, or from the defaults when `path` is None) and apply
+    dotted `key=value` overrides."""
+    if isinstance(path, Config) and not overrides:
+        return path
     try:
-        base = OmegaConf.load(path) if path is not None else OmegaConf.create({})
+        if isinstance(path, Config):
+            base = OmegaConf.create(config_to_dict(path))
+        else:
+            base = OmegaConf.load(path) if path is not None else OmegaConf.create({})
     except FileNotFoundError as error:
         raise ConfigError(f"config file not found: {path}") from error
     except (yaml.YAMLError, OmegaConfBaseException) as error:

@@ -13,7 +13,6 @@ scores the physical predictions against the stored trajectories with PDEBench's 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 
 from dynaforge.errors import RunError
 from dynaforge.export.checksum import CHECKSUM_KEY, METADATA_KEY, model_checksum
-from dynaforge.store.format import READABLE_VERSIONS
+from dynaforge.store.format import READABLE_VERSIONS, file_sha256
 
 EPS = 1e-12
 """Floor of a true frame's norm in the nRMSE denominator (as in dynaforge.metrics.fields)."""
@@ -199,14 +198,9 @@ def read_split(root: Path, split: str, samples: int | None) -> np.ndarray:
 
 
 def check_shard(root: Path, record: dict[str, Any]) -> None:
-    """The shard's size and SHA-256 against its manifest record (what `dynaforge.store` checks, written
-    again here because that package imports PyTorch)."""
+    """The shard's SHA-256 against its manifest record, as the store's readers check it."""
     path = root / record["file"]
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != record.get("sha256"):
+    if file_sha256(path) != record.get("sha256"):
         raise RunError(
             f"{path}: its SHA-256 differs from the one {root / 'manifest.json'} records for it (modified or "
             f"damaged); run `dynaforge inspect {root}` and regenerate it with `dynaforge generate`"
