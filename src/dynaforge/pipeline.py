@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from dynaforge.config import Config, config_differences, config_to_dict, load_config, save_config
+from dynaforge.errors import RunError
 from dynaforge.evaluate import evaluate, evaluation_is_current
 from dynaforge.generate import generate
 from dynaforge.runs import check_same_run, holds_run, load_checkpoint, run_folder
@@ -33,6 +34,7 @@ def run_pipeline(
     (`dynaforge.train.stages`, whose own stages.json skips finished stages), evaluated with its stack
     section (always rerun)."""
     root = Path(root)
+    check_no_empty_split(config)
     data, run = root / "data", run_folder(root / "run")
     if dataset_is_complete(data, config):
         log.info("generate: skipped, %s is complete", data)
@@ -49,6 +51,17 @@ def run_pipeline(
         log.info("evaluate: skipped, %s is up to date", run.eval)
         return run.eval / "report.html"
     return evaluate(run.root, data, config.evaluate).report
+
+
+def check_no_empty_split(config: Config) -> None:
+    """Refuse, before anything is generated, a config whose train, val or test split is empty: training
+    needs the first two and evaluation the third."""
+    for name, size in config.dataset.split_sizes().items():
+        if size == 0:
+            raise RunError(
+                f"dataset.n_{name} is 0, but `dynaforge run` trains on train, validates on val and evaluates "
+                f"on test; set dataset.n_{name} > 0"
+            )
 
 
 def dataset_is_complete(root: Path, config: Config) -> bool:

@@ -42,6 +42,13 @@ def test_empty_train_split_is_refused_at_load(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_run_with_an_empty_val_split_is_refused_before_generating(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    result = run_cli("run", TINY, "dataset.n_val=0", "--out", str(root), check=False)
+    fails_cleanly(result, "dataset.n_val", "> 0")
+    assert not (root / "data").exists()
+
+
 def test_diverging_solver_stops_generation_and_nothing_non_finite_is_complete(tmp_path: Path) -> None:
     # Valid values, but a time step 50x too large for Burgers at nu = 1e-4 on 64 points: the explicit
     # nonlinear term blows up within the 20 steps.
