@@ -1,10 +1,16 @@
-"""Generation throughput of the batched PDE solvers, in sample-steps per second.
+"""Generation throughput of the batched PDE solvers against exponax, in sample-steps per second, beside the
+time of the FFTs a step must do (the solver's floor on this machine).
 
-Three cases, all at ETDRK order 2 (exponax's default) and float32 (both libraries' default):
-- Burgers (issue 2): domain length 1, N = 256, viscosity 0.01, dt 0.01, 256 samples x 200 steps;
-- KS (issue 2): N = 200, L = 100, dt 0.1, 256 samples x 500 steps;
-- Navier-Stokes 2D (issue 5): vorticity form, 128 x 128, L = 2 pi, nu = 1e-3, no drag or forcing,
-  dt 0.01, 32 samples x 50 steps.
+Ten cases, every PDE exponax also solves, each at a small and a large grid, all at ETDRK order 2
+(exponax's default) and float32 (both libraries' default): Burgers N = 256 (nu 0.01) and N = 1024 (nu 0.002,
+dt 0.002); KS 1D N = 200 (L = 100) and N = 512 (L = 256); KS 2D 64^2 (L = 32) and 128^2 (L = 64);
+Navier-Stokes 2D 128^2 (nu 1e-3) and 256^2 (nu 5e-4, dt 0.005); Gray-Scott 64^2 and 128^2 (Pearson's
+defaults, dt 1). Each runs at 1 and 2 threads (`--threads 1,2`: one process per count, since XLA reads its
+thread count once), with the machine named in every record (`benchmarks/machine.py`).
+
+The limit: `fft_floor` records every torch.fft call one step of one block makes (same shapes, strides and
+dtypes) and replays them alone; each record's `limit` holds the sample-steps/s those transforms allow and
+each solver's step time as a multiple of them (1.0: nothing but the FFTs).
 
 Baselines, measured in the same process from the same initial conditions:
 - a per-sample Python loop over the same dynaforge solver (one `rollout` per sample);
@@ -25,7 +31,14 @@ chosen so that it keeps exactly the modes dynaforge's 2/3 rule keeps (3 |m| < N)
 exponax; lazy initialisation for torch), whose duration is reported separately; dynaforge's timed calls
 include its coefficient set-up, exponax's stepper is built once outside the timed region.
 
-Run: `.venv-bench/bin/python benchmarks/generate_pde.py [--quick] [--cases navier_stokes_2d]` (or `make bench`).
+Matching the equations: for KS 2D, exponax's `KuramotoSivashinsky` takes the bilaplacian without mixed
+terms (sum_i k_i^4) and removes the mean of the nonlinear term; the benchmark gives it dynaforge's isotropic
+(k_x^2 + k_y^2)^2 (`isotropic_ks_stepper`) and compares the fields without their spatial mean, which never
+feeds back. For Gray-Scott the PDE is the same but the split is not (`GRAY_SCOTT_SPLIT`): the fields differ by
+the splitting error. dynaforge runs as its generate stage does, with subnormals flushed (XLA flushes them too).
+
+Run: `.venv-bench/bin/python benchmarks/generate_pde.py [--quick] [--threads 1,2] [--cases ks2d_64]` (or
+`make bench`); about 5 minutes for both thread counts.
 Writes benchmarks/results/generate_pde.json (one record per case and baseline; ratio > 1: dynaforge faster).
 """
 
@@ -38,6 +51,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -46,17 +60,25 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import load_config
+from dynaforge.floating import flush_denormals
 from dynaforge.systems import build_system
 from dynaforge.systems.pde.spectral import SpectralSystem, dealias_mask
-from machine import load_note
+from dynaforge.threads import on_one_thread
+from machine import load_note, machine_name
 
 RESULTS = Path(__file__).resolve().parent / "results" / "generate_pde.json"
 QUICK_RESULTS = RESULTS.with_name("generate_pde.quick.json")  # a smoke run never overwrites real figures
 ORDER = 2
 SEED = 2024
+GRAY_SCOTT_SPLIT = (
+    "same PDE, split differently: dynaforge treats -F u and -(F + k) v with the diffusion in the exact "
+    "linear part, exponax evaluates them with the reaction in its nonlinear function, so the two "
+    "ETDRK2 solutions differ by the splitting error, not round-off"
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +94,7 @@ class Case:
     steps: int
     viscosity: float | None = None  # Burgers and Navier-Stokes
     ndim: int = 1
+    loop: bool = False  # also time the per-sample Python loop (slow: the first three cases only)
 
     def overrides(self, dtype: str) -> list[str]:
         return [
@@ -83,12 +106,13 @@ class Case:
             "system.save_every=1",
             f"system.order={ORDER}",
             f"system.dtype={dtype}",
+            f"system.ndim={self.ndim}",
             *([f"system.viscosity={self.viscosity}"] if self.viscosity is not None else []),
         ]
 
     def label(self) -> str:
         grid = "x".join([str(self.resolution)] * self.ndim)
-        nu = f", nu={self.viscosity:g}" if self.viscosity is not None and self.ndim > 1 else ""
+        nu = f", nu={self.viscosity:g}" if self.viscosity is not None else ""
         return (
             f"{self.name}: N={grid}, L={self.domain_length:g}{nu}, dt={self.dt:g}, "
             f"{self.samples} samples x {self.steps} steps, ETDRK{ORDER}, float32"
@@ -96,10 +120,19 @@ class Case:
 
 
 CASES = (
-    Case("burgers", "burgers", 256, 1.0, 0.01, 256, 200, viscosity=0.01),
-    Case("ks", "ks", 200, 100.0, 0.1, 256, 500),
-    Case("navier_stokes_2d", "navier_stokes", 128, 2 * math.pi, 0.01, 32, 50, viscosity=1e-3, ndim=2),
-)
+    # The three cases of earlier records (with the per-sample loop), then a larger grid of each and the
+    # other PDEs exponax also solves, each at a small and a large grid.
+    Case("burgers", "burgers", 256, 1.0, 0.01, 256, 200, viscosity=0.01, loop=True),
+    Case("burgers_1024", "burgers", 1024, 1.0, 0.002, 64, 250, viscosity=0.002),
+    Case("ks", "ks", 200, 100.0, 0.1, 256, 500, loop=True),
+    Case("ks_512", "ks", 512, 256.0, 0.1, 64, 400),
+    Case("ks2d_64", "ks2d", 64, 32.0, 0.05, 32, 100, ndim=2),
+    Case("ks2d_128", "ks2d", 128, 64.0, 0.05, 16, 50, ndim=2),
+    Case("navier_stokes_2d", "navier_stokes", 128, 2 * math.pi, 0.01, 32, 50, viscosity=1e-3, ndim=2, loop=True),
+    Case("navier_stokes_256", "navier_stokes", 256, 2 * math.pi, 0.005, 8, 25, viscosity=5e-4, ndim=2),
+    Case("gray_scott_64", "gray_scott", 64, 2.5, 1.0, 32, 100, ndim=2),
+    Case("gray_scott_128", "gray_scott", 128, 2.5, 1.0, 16, 100, ndim=2),
+)  # fmt: skip
 
 
 def quick_case(case: Case) -> Case:
@@ -163,12 +196,13 @@ def initial_batch(system: SpectralSystem, samples: int) -> tuple[torch.Tensor, t
 
 
 def dynaforge_batched(system: SpectralSystem, params: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
-    with torch.inference_mode():
+    """The rollout as the generate stage runs it: subnormals flushed (store/writer.py)."""
+    with torch.inference_mode(), flush_denormals():
         return system.rollout(initial, params).fields
 
 
 def dynaforge_loop(system: SpectralSystem, params: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
-    with torch.inference_mode():
+    with torch.inference_mode(), flush_denormals():
         return torch.cat(
             [system.rollout(initial[i : i + 1], params[i : i + 1]).fields for i in range(len(params))]
         )
@@ -185,24 +219,55 @@ def exponax_dealiasing_fraction(resolution: int) -> float:
 
 
 def exponax_stepper(case: Case) -> object:  # an exponax stepper (exponax is a benchmark-only import)
+    """exponax's stepper of the same PDE, its constants read from dynaforge's config of the case."""
     import exponax
 
+    config = dynaforge_system(case).config
     fraction = exponax_dealiasing_fraction(case.resolution)
+    grid = (case.ndim, case.domain_length, case.resolution, case.dt)
     common = {"order": ORDER, "dealiasing_fraction": fraction}
     if case.system == "navier_stokes":
         return exponax.stepper.NavierStokesVorticity(
-            2, case.domain_length, case.resolution, case.dt, diffusivity=case.viscosity,
-            vorticity_convection_scale=-1.0, drag=0.0, **common,
-        )  # fmt: skip
+            *grid, diffusivity=case.viscosity, vorticity_convection_scale=-1.0, drag=0.0, **common
+        )
     if case.system == "burgers":
         return exponax.stepper.Burgers(
-            1, case.domain_length, case.resolution, case.dt, diffusivity=case.viscosity, convection_scale=1.0,
-            conservative=True, **common,
+            *grid, diffusivity=case.viscosity, convection_scale=1.0, conservative=True, **common
+        )
+    if case.system == "ks2d":
+        return isotropic_ks_stepper()(
+            *grid, gradient_norm_scale=1.0, second_order_scale=1.0, fourth_order_scale=1.0, **common
+        )
+    if case.system == "gray_scott":
+        return exponax.stepper.reaction.GrayScott(
+            *grid, diffusivity_1=config.diffusion_u.low, diffusivity_2=config.diffusion_v.low,
+            feed_rate=config.feed.low, kill_rate=config.kill.low, **common,
         )  # fmt: skip
     return exponax.stepper.KuramotoSivashinskyConservative(
-        1, case.domain_length, case.resolution, case.dt, convection_scale=1.0, second_order_scale=1.0,
-        fourth_order_scale=1.0, **common,
-    )  # fmt: skip
+        *grid, convection_scale=1.0, second_order_scale=1.0, fourth_order_scale=1.0, **common
+    )
+
+
+def isotropic_ks_stepper() -> type:
+    """exponax's `KuramotoSivashinsky` with the isotropic bilaplacian (k_x^2 + k_y^2)^2 of dynaforge's KS 2D:
+    exponax's own builds sum_i k_i^4 ("without spatial mixing"), a different PDE in 2D. Same cost."""
+    import exponax
+
+    class IsotropicKuramotoSivashinsky(exponax.stepper.KuramotoSivashinsky):
+        def _build_linear_operator(self, derivative_operator):
+            laplace = exponax.spectral.build_laplace_operator(derivative_operator, order=2)
+            return -self.second_order_scale * laplace - self.fourth_order_scale * laplace**2
+
+    return IsotropicKuramotoSivashinsky
+
+
+def comparable(case: Case, fields: np.ndarray) -> np.ndarray:
+    """The part of a state both solvers define alike: for KS 2D all but the spatial mean (exponax removes
+    the mean of |grad h|^2 / 2, dynaforge lets the mean drift; the mean never feeds back into the other
+    modes, which only see gradients)."""
+    if case.system == "ks2d":
+        return fields - fields.mean(axis=(-2, -1), keepdims=True)
+    return fields
 
 
 def check_same_dealiasing(case: Case) -> None:
@@ -242,11 +307,58 @@ def exponax_version() -> str:
 # One case
 
 
+class FFTRecorder(TorchDispatchMode):
+    """Records every torch.fft call made under it (function and arguments), to replay them later."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Callable[..., object], tuple[object, ...], dict[str, object]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.startswith("fft_"):
+            self.calls.append((func, args, kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tensor, repeats: int) -> dict:
+    """The transforms one step of one block must do, timed alone on one thread: the solver's floor.
+
+    One block (`block_samples` samples) is rolled out 1 and 2 steps with every torch.fft call recorded;
+    the calls the second step adds (its nonlinear evaluations and the saved frame's inverse transform) are
+    one step's transforms, with the same shapes, strides, dtypes and sizes. They are replayed in a loop;
+    the median over `repeats` timings of 50 replays, per sample, is the FFT time of one sample-step."""
+    block = min(system.block_samples(), initial.shape[0])
+    recorded = []
+    with torch.inference_mode(), flush_denormals():
+        for steps in (1, 2):
+            with FFTRecorder() as recorder:
+                system.rollout(initial[:block], params[:block], steps=steps, save_every=1)
+            recorded.append(recorder.calls)
+    step_calls = recorded[1][len(recorded[0]) :]
+
+    def replay() -> float:
+        start = time.process_time()
+        for _ in range(50):
+            for func, args, kwargs in step_calls:
+                func(*args, **kwargs)
+        return (time.process_time() - start) / 50
+
+    with torch.inference_mode(), flush_denormals():
+        times = on_one_thread(lambda: [replay() for _ in range(repeats + 1)][1:])
+    seconds = statistics.median(times) / block
+    return {
+        "fft_seconds_per_sample_step": seconds,
+        "fft_calls_per_step": [func.__name__.split(".")[0] for func, _, _ in step_calls],
+        "block_samples": block,
+    }
+
+
 def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
     system = dynaforge_system(case)
     params, initial64 = initial_batch(system, case.samples)
     initial = initial64.to(torch.float32)
     sample_steps = case.samples * case.steps
+    threads = torch.get_num_threads()
 
     check_same_dealiasing(case)
     exponax_run = exponax_rollout(case)
@@ -257,17 +369,35 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
     fields = dynaforge_batched(system, params, initial).numpy()
     exp_fields = np.asarray(exponax_run(initial_np))
     dyn_rate = sample_steps / batched.median
-
-    # The loop's first call is a full pass too (its warm-up is in any case a single-sample rollout).
-    loop = time_calls(lambda: dynaforge_loop(system, params, initial), 1)
-    loop_rate = sample_steps / loop.median
-
     exp_rate = sample_steps / exp_timing.median
+
+    floor = fft_floor(system, params, initial, repeats)
+    # The floor is one core's; with T threads the blocks run side by side on T cores.
+    floor_rate = threads / floor["fft_seconds_per_sample_step"]
+    multiple = floor_rate / dyn_rate
+    exp_multiple = floor_rate / exp_rate
+    limit = {
+        "fft_floor_sample_steps_per_s": floor_rate,
+        "dynaforge_step_over_fft": multiple,
+        "exponax_step_over_fft": exp_multiple,
+        "fft_calls_per_step": floor["fft_calls_per_step"],
+        "fft_block_samples": floor["block_samples"],
+        "threads": threads,
+    }
+    limit_note = (
+        f"limit: the transforms one step must do (torch.fft calls recorded in one step of one "
+        f"{floor['block_samples']}-sample block: {', '.join(floor['fft_calls_per_step'])}), replayed alone on "
+        f"one thread, allow {floor_rate:.0f} sample-steps/s at {threads} thread(s); dynaforge's step takes "
+        f"{multiple:.2f}x that time, exponax's {exp_multiple:.2f}x"
+    )
 
     # Accuracy: both float32 runs against each other and against dynaforge's float64 run of the same scheme
     # from the same initial fields (for the chaotic KS, tiny float32 differences grow exponentially with t,
     # so the float32 -> float64 difference of each solver is the floor any comparison can reach).
-    reference = dynaforge_batched(dynaforge_system(case, "float64"), params, initial64).numpy()
+    reference = comparable(
+        case, dynaforge_batched(dynaforge_system(case, "float64"), params, initial64).numpy()
+    )
+    fields, exp_fields = comparable(case, fields), comparable(case, exp_fields)
     early = max(1, case.steps // 10) + 1  # the first 10 % of the horizon, before chaotic growth dominates
     diff_all = float(np.abs(fields - exp_fields).max())
     diff_early = float(np.abs(fields[:, :early] - exp_fields[:, :early]).max())
@@ -276,15 +406,15 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
     scale = float(np.abs(reference).max())
     horizon = case.steps * case.dt
 
-    print(f"\n{case.label()}")
+    print(f"\n{case.label()}, {threads} thread(s)")
     print(
         f"  dynaforge batched : {dyn_rate:12.0f} sample-steps/s  (median {batched.median:.3f} s, first call {batched.warmup:.3f} s)"
     )
     print(
-        f"  per-sample loop   : {loop_rate:12.0f} sample-steps/s  ({loop.median:.2f} s)  ratio {dyn_rate / loop_rate:.2f}"
+        f"  exponax           : {exp_rate:12.0f} sample-steps/s  (median {exp_timing.median:.3f} s, first call incl. JIT {exp_timing.warmup:.3f} s)  ratio {dyn_rate / exp_rate:.2f}"
     )
     print(
-        f"  exponax           : {exp_rate:12.0f} sample-steps/s  (median {exp_timing.median:.3f} s, first call incl. JIT {exp_timing.warmup:.3f} s)  ratio {dyn_rate / exp_rate:.2f}"
+        f"  FFT floor         : {floor_rate:12.0f} sample-steps/s  (dynaforge {multiple:.2f}x its time, exponax {exp_multiple:.2f}x)"
     )
     print(
         f"  max |dynaforge - exponax|: {diff_all:.2e} over t <= {horizon:g}, {diff_early:.2e} over t <= {(early - 1) * case.dt:g} (max |u| = {scale:.2f})"
@@ -292,7 +422,8 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
     print(f"  max |float32 - float64 dynaforge|: dynaforge {dyn_vs_64:.2e}, exponax {exp_vs_64:.2e}")
 
     environment = (
-        f"torch {torch.__version__} with {torch.get_num_threads()} intra-op threads, "
+        f"torch {torch.__version__} with {threads} intra-op threads, subnormals flushed in dynaforge's runs "
+        f"as its generate stage does (XLA flushes them too), "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')!r}, Python {platform.python_version()}, "
         f"{platform.machine()} with {os.cpu_count()} cores; {load_note()} when written"
     )
@@ -300,22 +431,11 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
         f"max |dynaforge - exponax| = {diff_all:.2e} over all {case.steps + 1} frames (t <= {horizon:g}), "
         f"{diff_early:.2e} for t <= {(early - 1) * case.dt:g}; against dynaforge float64: dynaforge float32 "
         f"{dyn_vs_64:.2e}, exponax {exp_vs_64:.2e}; max |u| = {scale:.2f}"
+        + ("; spatial means removed before comparing (see `comparable`)" if case.system == "ks2d" else "")
+        + (f"; {GRAY_SCOTT_SPLIT}" if case.system == "gray_scott" else "")
     )
-    label = case.label()
-    return [
-        {
-            "case": label,
-            "baseline": "per-sample Python loop over the same dynaforge solver",
-            "metric": "sample-steps/s",
-            "dynaforge": dyn_rate,
-            "baseline_value": loop_rate,
-            "ratio": dyn_rate / loop_rate,
-            "notes": (
-                f"dynaforge batched median of {repeats} runs {batched.median:.4f} s (first call "
-                f"{batched.warmup:.4f} s); loop over the samples one at a time, "
-                f"{loop.median:.3f} s (first call {loop.warmup:.3f} s); {environment}"
-            ),
-        },
+    label = f"{case.label()}, {threads} thread{'s' if threads > 1 else ''}"
+    records = [
         {
             "case": label,
             "baseline": f"{exponax_version()}, jit(vmap(rollout))",
@@ -323,15 +443,43 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
             "dynaforge": dyn_rate,
             "baseline_value": exp_rate,
             "ratio": dyn_rate / exp_rate,
+            "machine": machine_name(),
+            "limit": limit,
             "notes": (
-                f"medians of {repeats} interleaved runs: dynaforge {batched.median:.4f} s (first call {batched.warmup:.4f} s), "
-                f"exponax {exp_timing.median:.4f} s (first call incl. JIT {exp_timing.warmup:.4f} s); process CPU "
-                f"time medians dynaforge {batched.cpu_median:.4f} s, exponax {exp_timing.cpu_median:.4f} s "
-                f"(ratio {exp_timing.cpu_median / batched.cpu_median:.2f}); "
+                f"{limit_note}; medians of {repeats} interleaved runs: dynaforge {batched.median:.4f} s (first "
+                f"call {batched.warmup:.4f} s), exponax {exp_timing.median:.4f} s (first call incl. JIT "
+                f"{exp_timing.warmup:.4f} s); process CPU time medians dynaforge {batched.cpu_median:.4f} s, "
+                f"exponax {exp_timing.cpu_median:.4f} s (ratio {exp_timing.cpu_median / batched.cpu_median:.2f}); "
                 f"{accuracy}; {environment}"
             ),
-        },
+        }
     ]
+    if case.loop:
+        # The loop's first call is a full pass too (its warm-up is in any case a single-sample rollout).
+        loop = time_calls(lambda: dynaforge_loop(system, params, initial), 1)
+        loop_rate = sample_steps / loop.median
+        print(
+            f"  per-sample loop   : {loop_rate:12.0f} sample-steps/s  ({loop.median:.2f} s)  ratio {dyn_rate / loop_rate:.2f}"
+        )
+        records.insert(
+            0,
+            {
+                "case": label,
+                "baseline": "per-sample Python loop over the same dynaforge solver",
+                "metric": "sample-steps/s",
+                "dynaforge": dyn_rate,
+                "baseline_value": loop_rate,
+                "ratio": dyn_rate / loop_rate,
+                "machine": machine_name(),
+                "limit": limit,
+                "notes": (
+                    f"dynaforge batched median of {repeats} runs {batched.median:.4f} s (first call "
+                    f"{batched.warmup:.4f} s); loop over the samples one at a time, "
+                    f"{loop.median:.3f} s (first call {loop.warmup:.3f} s); {environment}"
+                ),
+            },
+        )
+    return records
 
 
 def set_threads(threads: int) -> None:
@@ -348,20 +496,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="smoke run: 32 samples x 40 steps, 1 repeat")
+    parser.add_argument("--quick", action="store_true", help="smoke run: fewer samples and steps, 1 repeat")
     parser.add_argument(
         "--threads",
-        type=int,
-        default=0,
-        help="intra-op threads for torch and XLA alike (default 0: each library's default, all cores); "
-        "1 gives steadier figures on a loaded machine",
+        default="1,2",
+        help="comma-separated intra-op thread counts for torch and XLA alike, one process each (default "
+        "1,2); 0: each library's default",
     )
-    parser.add_argument("--repeats", type=int, default=7, help="timed runs per solver (median reported)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per solver (median reported)")
     parser.add_argument(
         "--cases",
         default="",
-        help="comma-separated case names to run (default all: burgers, ks, navier_stokes_2d); the other "
-        "cases' records already in the results file are kept",
+        help=f"comma-separated case names to run (default all: {', '.join(c.name for c in CASES)}); the "
+        "other cases' records already in the results file are kept",
     )
     parser.add_argument(
         "--out",
@@ -370,18 +517,27 @@ def main() -> None:
         help=f"JSON records (default {RESULTS.name}, quick: {QUICK_RESULTS.name})",
     )
     args = parser.parse_args()
-    if args.threads > 0:
-        set_threads(args.threads)
+    counts = [int(t) for t in args.threads.split(",")]
     chosen = [c for c in CASES if not args.cases or c.name in args.cases.split(",")]
     if not chosen:
         raise SystemExit(f"--cases {args.cases!r} names none of: {', '.join(c.name for c in CASES)}")
-    cases = [quick_case(c) for c in chosen] if args.quick else chosen
-    repeats = 1 if args.quick else args.repeats
-    records = []
-    for case in cases:
-        records.extend(run_case(case, repeats))
     out = args.out or (QUICK_RESULTS if args.quick else RESULTS)
-    if args.cases and out.exists():  # keep the other cases' records from an earlier run
+    if len(counts) > 1:  # XLA reads its thread count once per process: one child process per count
+        records = []
+        for count in counts:
+            part = out.with_name(f"{out.stem}.threads{count}.json")
+            forwarded = ["--threads", str(count), "--repeats", str(args.repeats), "--out", str(part)]
+            forwarded += ["--quick"] * args.quick + (["--cases", args.cases] if args.cases else [])
+            subprocess.run([sys.executable, __file__, *forwarded], check=True)
+            records.extend(json.loads(part.read_text()))
+            part.unlink()
+    else:
+        if counts[0] > 0:
+            set_threads(counts[0])
+        cases = [quick_case(c) for c in chosen] if args.quick else chosen
+        repeats = 1 if args.quick else args.repeats
+        records = [record for case in cases for record in run_case(case, repeats)]
+    if out.exists() and (args.cases or len(counts) == 1):  # keep the other records of an earlier run
         ran = {record["case"] for record in records}
         records = [r for r in json.loads(out.read_text()) if r["case"] not in ran] + records
     atomic_write_json(out, records)

@@ -61,6 +61,18 @@ def cpu_extensions() -> list[str]:
     return [name for name in EXTENSIONS if name in flags]
 
 
+def has_bf16_matrix_units(device: torch.device | str = "cpu") -> bool:
+    """Whether bfloat16 matrix products and convolutions run on matrix units that make them several times
+    faster than float32: AMX on a CPU (`amx_bf16`), tensor cores on a CUDA device of compute capability 8 or
+    later. AVX-512 bf16 alone (`avx512_bf16`, e.g. AMD EPYC or Xeons before AMX) only doubles the vector dot
+    product rate, which the conversions and float32 accumulation eat up (docs/random_cnn.md)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return torch.cuda.get_device_capability(index)[0] >= 8
+    return "amx_bf16" in cpu_flags()
+
+
 def device_name(device: torch.device | str) -> str:
     device = torch.device(device)
     if device.type == "cuda":

@@ -20,9 +20,9 @@ LENGTH = 3.0
 def quadratic_term(resolution: int) -> tuple[SpectralSystem, Nonlinear]:
     system = system_from_overrides("burgers", resolution=resolution, dtype="float64")
     params = parameter_table(system, [{"domain_length": LENGTH, "viscosity": 0.01}])
-    nonlinear = system.operators(params, torch.device("cpu")).nonlinear
-    assert nonlinear is not None
-    return system, nonlinear
+    ops = system.operators(params, torch.device("cpu"))
+    assert ops.nonlinear is not None
+    return system, ops.nonlinear_term
 
 
 @pytest.mark.parametrize("resolution", [200, 75, 129, 256, 96])

@@ -94,7 +94,7 @@ def test_navier_stokes_advection_term_matches_the_analytic_jacobian() -> None:
     w = torch.sin(x) + 4 * torch.sin(2 * y)
     ops = system.operators(params_of(system), torch.device("cpu"))
     assert ops.nonlinear is not None
-    n = system.to_physical(ops.nonlinear(system.to_spectral(w[None, None])))
+    n = system.to_physical(ops.nonlinear_term(system.to_spectral(w[None, None])))
     torch.testing.assert_close(n[0, 0], 6 * torch.cos(x) * torch.cos(2 * y), atol=1e-11, rtol=0)
 
 

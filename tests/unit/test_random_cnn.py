@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from dynaforge import machine as machine_module
 from dynaforge.config import ParameterSpec, load_config
 from dynaforge.generate import generate
 from dynaforge.seeds import Rows, sample_seed
@@ -130,7 +131,7 @@ def test_grouped_float32_matches_the_straightforward_loop(engine: str) -> None:
 
 
 def test_bfloat16_agrees_with_float32_over_one_step_to_bfloat16_precision() -> None:
-    bf16 = small_system("system.steps=1")
+    bf16 = small_system("system.steps=1", "system.precision=bfloat16")
     fp32 = small_system("system.steps=1", "system.precision=float32")
     fast = generate_operators(bf16.build_operators("train", 0, 8, 0)[0], bf16.config, torch.device("cpu"))
     exact = generate_operators(fp32.build_operators("train", 0, 8, 0)[0], fp32.config, torch.device("cpu"))
@@ -299,3 +300,30 @@ def test_rollout_into_caller_buffers_equals_rollout_into_its_own(engine: str) ->
     torch.testing.assert_close(out, own, atol=0, rtol=0)
     with pytest.raises(ValueError, match="out must hold"):
         grouped_rollout(group, batch.initial[keep], [batch.generators[i] for i in keep], 4, out=list(out))
+
+
+@pytest.mark.parametrize("matrix_units", [True, False])
+def test_auto_precision_is_bfloat16_only_with_bf16_matrix_units(
+    matrix_units: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`auto` picks bf16 convolutions on AMX (or GPU tensor cores), float32 elsewhere (faster there:
+    docs/random_cnn.md); an explicit precision is kept; the choice is recorded in the shard attributes."""
+    monkeypatch.setattr(grouped_module, "has_bf16_matrix_units", lambda device: matrix_units)
+    system = small_system()
+    assert system.config.precision == "auto"
+    expected = "bfloat16" if matrix_units else "float32"
+    assert grouped_module.conv_precision(system.config, "cpu") == expected
+    assert grouped_module.conv_dtype(system.config, "cpu") == getattr(torch, expected)
+    assert system.shard_attributes("train", 3, 0)["conv_precision"] == expected
+    for explicit in ("bfloat16", "float32"):
+        assert (
+            grouped_module.conv_precision(small_system(f"system.precision={explicit}").config, "cpu")
+            == explicit
+        )
+
+
+def test_bf16_matrix_units_are_read_from_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(machine_module, "cpu_flags", lambda: {"avx512f", "avx512_bf16", "amx_bf16"})
+    assert machine_module.has_bf16_matrix_units("cpu")
+    monkeypatch.setattr(machine_module, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})  # EPYC, older Xeons
+    assert not machine_module.has_bf16_matrix_units("cpu")

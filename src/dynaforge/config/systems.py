@@ -297,8 +297,11 @@ class RandomCNNConfig(SystemConfig):
             families={"grf": 1.0, "multiscale": 1.0, "blobs": 1.0, "stripes": 1.0}, normalize="std"
         )
     )
-    precision: Literal["bfloat16", "float32"] = "bfloat16"
-    """Precision of the convolutions (the state and the noise stay float32)."""
+    precision: Literal["auto", "bfloat16", "float32"] = "auto"
+    """Precision of the convolutions (the state and the noise stay float32). `auto`: bfloat16 where the
+    device has bf16 matrix units (AMX on a CPU, tensor cores on a GPU), where it is the fastest; float32
+    elsewhere (on AVX-512 bf16 without AMX, float32 measured faster: docs/random_cnn.md). The choice is
+    recorded in every shard (`conv_precision`)."""
     channels_last: bool = True
     """Run the grouped engine's convolutions in channels-last layout (the fused engine always does)."""
     engine: Literal["fused", "grouped"] = "fused"

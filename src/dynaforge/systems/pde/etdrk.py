@@ -102,9 +102,17 @@ class ETDCoefficients(NamedTuple):
 
 
 def etd_coefficients(
-    linear: Inexact[Tensor, "*shape"], dt: float, order: int, dtype: torch.dtype
+    linear: Inexact[Tensor, "*shape"],
+    dt: float,
+    order: int,
+    dtype: torch.dtype,
+    multiplier: Complex[Tensor, "*multiplier_shape"] | None = None,
 ) -> ETDCoefficients:
     """Coefficients of the ETDRK scheme of `order` for step `dt` and diagonal operator `linear`.
+
+    `multiplier` (complex128, optional) is a diagonal factor M of the nonlinear term, N(v) = M R(v): it is
+    folded into every coefficient that multiplies a nonlinear evaluation (P, Q, f1, f2, f3) before they are
+    rounded to `dtype`, so that a step evaluates R alone and saves one product per evaluation.
 
     With h = dt and z = hL:
     - order 1 (ETD Euler) uses P = h phi1(z);
@@ -117,19 +125,24 @@ def etd_coefficients(
         raise ValueError(f"ETDRK order must be 1, 2, 3 or 4, got {order}")
     z = linear.to(torch.complex128) * dt
     E = torch.exp(z).to(dtype)
+    factor = 1.0 if multiplier is None else multiplier.to(torch.complex128)
+
+    def weight(values: Tensor) -> Tensor:
+        return (values * factor).to(dtype)
+
     if order <= 2:
         phi = phi_functions(z, order)
-        f2 = (dt * phi[1]).to(dtype) if order == 2 else None
-        return ETDCoefficients(order, E, (dt * phi[0]).to(dtype), None, None, None, f2, None)
+        f2 = weight(dt * phi[1]) if order == 2 else None
+        return ETDCoefficients(order, E, weight(dt * phi[0]), None, None, None, f2, None)
     phi1, phi2, phi3 = phi_functions(z, 3)
     (half_phi1,) = phi_functions(z / 2, 1)
     return ETDCoefficients(
         order=order,
         E=E,
-        P=(dt * phi1).to(dtype) if order == 3 else None,
+        P=weight(dt * phi1) if order == 3 else None,
         E2=torch.exp(z / 2).to(dtype),
-        Q=(dt / 2 * half_phi1).to(dtype),
-        f1=(dt * (phi1 - 3 * phi2 + 4 * phi3)).to(dtype),
-        f2=(dt * (phi2 - 2 * phi3)).to(dtype),
-        f3=(dt * (4 * phi3 - phi2)).to(dtype),
+        Q=weight(dt / 2 * half_phi1),
+        f1=weight(dt * (phi1 - 3 * phi2 + 4 * phi3)),
+        f2=weight(dt * (phi2 - 2 * phi3)),
+        f3=weight(dt * (4 * phi3 - phi2)),
     )

@@ -9,7 +9,12 @@ from __future__ import annotations
 from torch import Tensor
 
 from dynaforge.config import KSConfig
-from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem, conservative_quadratic
+from dynaforge.systems.pde.spectral import (
+    Nonlinear,
+    SpectralSystem,
+    conservative_quadratic,
+    quadratic_multiplier,
+)
 
 
 class KuramotoSivashinsky(SpectralSystem):
@@ -21,4 +26,7 @@ class KuramotoSivashinsky(SpectralSystem):
         return k2 - k2**2
 
     def nonlinear_term(self, k: tuple[Tensor, ...], params: dict[str, Tensor], mask: Tensor) -> Nonlinear:
-        return conservative_quadratic(self, k[0], mask)
+        return conservative_quadratic(self)
+
+    def nonlinear_multiplier(self, k: tuple[Tensor, ...], params: dict[str, Tensor], mask: Tensor) -> Tensor:
+        return quadratic_multiplier(self, k[0], mask)

@@ -25,12 +25,17 @@ class KuramotoSivashinsky2D(SpectralSystem):
         return k2 - k2**2
 
     def nonlinear_term(self, k: tuple[Tensor, ...], params: dict[str, Tensor], mask: Tensor) -> Nonlinear:
-        cdtype = self.complex_dtype
-        gradient = torch.cat([(1j * axis_k * mask).to(cdtype) for axis_k in k], dim=1)  # (batch, ndim, ...)
-        mask_c = mask.to(cdtype)
+        """R(h) = FFT(|grad h|^2), the gradients of the truncated state; the transforms skip the columns
+        of the last axis the 2/3 rule zeroes (`to_physical_dealiased`, `to_spectral_dealiased`)."""
+        gradient = torch.cat(
+            [(1j * axis_k * mask).to(self.complex_dtype) for axis_k in k], dim=1
+        )  # (b, d, ...)
 
         def nonlinear(v: Tensor) -> Tensor:
-            grad = self.to_physical(gradient * v)
-            return -0.5 * mask_c * self.to_spectral((grad * grad).sum(dim=1, keepdim=True))
+            grad = self.to_physical_dealiased(gradient * v)
+            return self.to_spectral_dealiased((grad * grad).sum(dim=1, keepdim=True))
 
         return nonlinear
+
+    def nonlinear_multiplier(self, k: tuple[Tensor, ...], params: dict[str, Tensor], mask: Tensor) -> Tensor:
+        return (-0.5 * mask).to(torch.complex128)  # N = -mask FFT(|grad h|^2) / 2

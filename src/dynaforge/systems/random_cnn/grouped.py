@@ -15,6 +15,7 @@ from torch import Tensor
 
 from dynaforge.config import RandomCNNConfig
 from dynaforge.floating import flush_denormals
+from dynaforge.machine import has_bf16_matrix_units
 from dynaforge.systems.random_cnn.fused import FusedOperators
 from dynaforge.systems.random_cnn.operator import (
     ACTIVATIONS,
@@ -98,6 +99,17 @@ class OperatorGroup(Protocol):
     def step(self, x: Tensor, noise: Tensor) -> Tensor: ...
 
 
+def conv_precision(config: RandomCNNConfig, device: torch.device | str) -> str:
+    """`config.precision`, with `auto` resolved for `device`: bfloat16 with bf16 matrix units, else float32."""
+    if config.precision != "auto":
+        return config.precision
+    return "bfloat16" if has_bf16_matrix_units(device) else "float32"
+
+
+def conv_dtype(config: RandomCNNConfig, device: torch.device | str) -> torch.dtype:
+    return torch.bfloat16 if conv_precision(config, device) == "bfloat16" else torch.float32
+
+
 def build_group(
     arch: Architecture,
     ops: Sequence[OperatorParams],
@@ -106,7 +118,7 @@ def build_group(
     device: torch.device | str = "cpu",
 ) -> OperatorGroup:
     """The engine `config.engine` for K operators of one architecture (what generation runs)."""
-    dtype = torch.bfloat16 if config.precision == "bfloat16" else torch.float32
+    dtype = conv_dtype(config, device)
     if config.engine == "grouped":
         return GroupedOperators(arch, ops, layers, dtype, config.channels_last, device)
     return FusedOperators(arch, ops, layers, dtype, config.compile, device)
@@ -246,7 +258,7 @@ def operators_grouped(
     count = len(batch.ops)
     m = config.realizations
     frames = empty_frames(count, config)
-    dtype = torch.bfloat16 if config.precision == "bfloat16" else torch.float32
+    dtype = conv_dtype(config, device)
     by_arch: dict[Architecture, list[int]] = {}
     for i, op in enumerate(batch.ops):
         by_arch.setdefault(architecture_of(op, config.channels), []).append(i)

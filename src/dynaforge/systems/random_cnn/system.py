@@ -14,7 +14,7 @@ from dynaforge.seeds import SPLIT_IDS, Rows, sample_seed
 from dynaforge.systems.base import SampleRows, default_channel_names, grid_coordinates
 from dynaforge.systems.pde.spectral import draw_initial_field
 from dynaforge.systems.random_cnn.features import feature_names, trajectory_features
-from dynaforge.systems.random_cnn.grouped import OperatorBatch, generate_operators
+from dynaforge.systems.random_cnn.grouped import OperatorBatch, conv_precision, generate_operators
 from dynaforge.systems.random_cnn.operator import (
     OPERATOR_STREAM,
     OperatorParams,
@@ -155,6 +155,8 @@ class RandomCNNSystem:
             "choices": json.dumps(choices),
             "initial_families": list(self.config.initial.families),
             "centred_discrepancy": centred_discrepancy(points),
+            # `auto` resolved for the generate stage's default device (CUDA when available, else the CPU).
+            "conv_precision": conv_precision(self.config, "cuda" if torch.cuda.is_available() else "cpu"),
         }
         if self.config.features:
             attributes["feature_names"] = list(self.feature_names)
