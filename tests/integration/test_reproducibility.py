@@ -194,6 +194,29 @@ def test_verify_regenerates_whole_random_cnn_operators(tmp_path: Path) -> None:
     assert out.count(": identical") == 6
 
 
+def test_auto_precision_is_the_one_the_dataset_was_made_with_on_any_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A random CNN dataset made with `precision: auto` where bf16 matrix units exist (bfloat16) is verified
+    in bfloat16, and not resumed in float32, on a machine without them."""
+    from dynaforge.store.format import DatasetError
+    from dynaforge.systems.random_cnn import grouped
+
+    root = tmp_path / "cnn"
+    config = family_config("random_cnn", 5, 3)
+    assert config.system.precision == "auto"
+    monkeypatch.setattr(grouped, "has_bf16_matrix_units", lambda device="cpu": True)
+    generate(config, root, progress=False)
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["identity"]["system"]["precision"] == "bfloat16"
+    monkeypatch.setattr(grouped, "has_bf16_matrix_units", lambda device="cpu": False)
+    code, out = verify(str(root), "--samples", "2", "--seed", "0")
+    assert code == 0, out
+    assert out.count(": identical") == 6
+    with pytest.raises(DatasetError, match="system.precision"):
+        generate(config, root, progress=False)
+
+
 def test_verify_refuses_what_it_cannot_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dynaforge.cli import main
 

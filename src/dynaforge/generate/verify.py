@@ -12,6 +12,7 @@ written, which tells a regenerated sample that differs apart from a stored one t
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -102,6 +103,10 @@ def verify_dataset(
         config = folder.config
     except ConfigError as error:
         raise DatasetError(f"{error}; only datasets made by `dynaforge generate` can be verified") from None
+    recorded = folder.manifest.get("identity", {}).get("system", {}).get("precision")
+    if getattr(config.system, "precision", None) == "auto" and recorded in ("bfloat16", "float32"):
+        # regenerate in the precision the dataset was made with, whatever this machine would pick
+        config = replace(config, system=replace(config.system, precision=recorded))
     if tolerance is not None and tolerance < 0:
         raise DatasetError(f"--tolerance must be >= 0, got {tolerance}")
     device = torch.device(resolve_device(config.dataset.device))

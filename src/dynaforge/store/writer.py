@@ -33,6 +33,7 @@ from dynaforge.config import (
     config_to_yaml,
     field_check,
     load_config,
+    resolve_device,
     save_config,
 )
 from dynaforge.floating import flush_denormals
@@ -52,6 +53,7 @@ from dynaforge.store.format import (
 from dynaforge.store.labels import label_shard
 from dynaforge.store.stats import SampleMoments, records_to_statistics
 from dynaforge.systems.base import SampleRows, System
+from dynaforge.systems.random_cnn.grouped import conv_precision
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +64,16 @@ IGNORED_DATASET_KEYS = ("batch_size", "device")
 
 
 def identity_of(config: Config) -> dict[str, Any]:
-    """The part of a config that determines a dataset's arrays."""
+    """The part of a config that determines a dataset's arrays. A random CNN's `precision: auto` is
+    written as the precision it resolves to on this machine's generation device, since the arrays depend
+    on it: a dataset begun with float32 convolutions is not resumed with bfloat16 ones on a machine of
+    another kind (the difference is named), and `verify` regenerates with the precision recorded."""
     data = {name: config_to_dict(getattr(config, name)) for name in DATA_SECTIONS}
     for key in IGNORED_DATASET_KEYS:
         data["dataset"].pop(key, None)
+    system = data["system"]
+    if system.get("name") == "random_cnn" and system.get("precision") == "auto":
+        system["precision"] = conv_precision(config.system, resolve_device(config.dataset.device))
     return data
 
 
