@@ -213,7 +213,7 @@ def test_auto_precision_is_the_one_the_dataset_was_made_with_on_any_machine(
     code, out = verify(str(root), "--samples", "2", "--seed", "0")
     assert code == 0, out
     assert out.count(": identical") == 6
-    with pytest.raises(DatasetError, match="system.precision"):
+    with pytest.raises(DatasetError, match=r"system\.precision"):
         generate(config, root, progress=False)
 
 

@@ -12,8 +12,8 @@ written, which tells a regenerated sample that differs apart from a stored one t
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
