@@ -30,7 +30,7 @@ from pathlib import Path
 from dynaforge.atomic import atomic_write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import load_note  # noqa: E402
+from machine import load_note
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "data_scale.json"
@@ -63,10 +63,24 @@ print(json.dumps({"windows_per_s": done / seconds, "peak_rss_mib": peak}))
 
 def make_dataset(root: Path, n_train: int) -> Path:
     folder = root / f"burgers-{n_train}"
-    if (folder / "manifest.json").exists() and json.loads((folder / "manifest.json").read_text()).get("complete"):
+    if (folder / "manifest.json").exists() and json.loads((folder / "manifest.json").read_text()).get(
+        "complete"
+    ):
         return folder
-    overrides = [f"dataset.n_train={n_train}", "dataset.n_val=16", "dataset.n_test=16", "dataset.shard_size=1024"]
-    command = [sys.executable, "-m", "dynaforge.cli", "-q", "generate", str(REPO / "configs" / "quickstart.yaml")]
+    overrides = [
+        f"dataset.n_train={n_train}",
+        "dataset.n_val=16",
+        "dataset.n_test=16",
+        "dataset.shard_size=1024",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "dynaforge.cli",
+        "-q",
+        "generate",
+        str(REPO / "configs" / "quickstart.yaml"),
+    ]
     subprocess.run([*command, *overrides, "--out", str(folder), "--no-progress"], check=True)
     return folder
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from dynaforge.atomic import atomic_write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import load_note  # noqa: E402
+from machine import load_note
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "stream.json"

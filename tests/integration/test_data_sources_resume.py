@@ -212,3 +212,17 @@ def test_two_gloo_ranks_reading_lazily_train_like_one_process_with_twice_the_bat
     assert got["world_size"] == 2 and got["step"] == want["step"] == 10
     for name, value in want["model"].items():
         torch.testing.assert_close(got["model"][name], value, rtol=0, atol=1e-6)
+
+
+def test_run_with_the_stream_stores_only_val_and_test_and_evaluates_on_them(tmp_path: Path) -> None:
+    from dynaforge.config import load_config
+    from dynaforge.pipeline import run_pipeline
+    from dynaforge.store import DatasetFolder
+
+    config = load_config(TINY, ["train.preset=debug", "train.epochs=1", *SOURCES["stream"]])
+    report = run_pipeline(config, tmp_path, progress=False)
+    assert report == tmp_path / "run" / "eval" / "report.html" and report.exists()  # the run's own data
+    stored = DatasetFolder(tmp_path / "data")
+    assert [stored.split_size(s) for s in ("train", "val", "test")] == [1, 4, 4]
+    header = read_metrics(tmp_path / "run" / "metrics.jsonl")[0]
+    assert header["source"] == "stream" and header["train_windows"] == 4 * 4 * 9

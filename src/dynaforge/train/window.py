@@ -90,12 +90,15 @@ class WindowTask:
     def setup(self, context: EngineContext) -> None:
         self.context = context
         dataset = DatasetFolder(self.data_root) if self.data_root is not None else None
+        if self.streaming:
+            self.normalizer = self.stream_normalizer()
         if dataset is not None:
             dataset.verify_shards()
             check_config_matches_data(self.config, dataset)
             self.identity = data_identity(dataset)
             self.fingerprint = data_fingerprint(dataset)
-            self.normalizer = Normalizer.from_stats(dataset.stats)
+            if not self.streaming:
+                self.normalizer = Normalizer.from_stats(dataset.stats)
             self.val_set = self.split_windows(dataset, "val")
         else:
             self.setup_without_folder()
@@ -135,9 +138,23 @@ class WindowTask:
             return BufferShuffleSampler(windows, cluster.rank, cluster.world_size, seed)
         return EpochSampler(windows, cluster, seed=seed)
 
+    def stream_normalizer(self) -> Normalizer:
+        """Streaming: the statistics of the first min(dataset.n_train, data.stream.buffer) train samples,
+        generated here (a stored dataset of that many train samples has the same statistics, bit for bit)."""
+        config = self.config
+        first = generate_samples(
+            self.stream_system(),
+            config.dataset.seed,
+            "train",
+            0,
+            min(config.dataset.n_train, config.data.stream.buffer),
+            torch.device(resolve_device(config.dataset.device)),
+        )
+        return Normalizer.from_stats(statistics_of(first))
+
     def setup_without_folder(self) -> None:
-        """Streaming with no --data: statistics from the first train samples, the val split generated in
-        memory (the same samples `dynaforge generate` would store)."""
+        """Streaming with no --data: the val split generated in memory (the samples `dynaforge generate`
+        would store)."""
         config = self.config
         if config.dataset.n_val == 0:
             raise ConfigError(
@@ -145,15 +162,6 @@ class WindowTask:
             )
         system = self.stream_system()
         device = torch.device(resolve_device(config.dataset.device))
-        first = generate_samples(
-            system,
-            config.dataset.seed,
-            "train",
-            0,
-            min(config.dataset.n_train, config.data.stream.buffer),
-            device,
-        )
-        self.normalizer = Normalizer.from_stats(statistics_of(first))
         self.identity = DataIdentity(config.system.name, tuple(system.shape), system.channels)
         described = repr(sorted(config_to_dict(config)["system"].items())) + repr(config.dataset.seed)
         self.fingerprint = "stream:" + hashlib.sha256(described.encode()).hexdigest()
