@@ -78,7 +78,8 @@ class DataConfig:
     batch_size: int = checked(32, check=AT_LEAST_ONE)
     """Windows per optimiser step (and per evaluation batch)."""
     num_workers: int = checked(0, check=NON_NEGATIVE)
-    """DataLoader worker processes; 0 reads in the main process (the splits are held in memory)."""
+    """DataLoader worker processes; 0 reads in the main process (with `reading: lazy` each worker opens its
+    own HDF5 handles and holds its own buffer). Not used by the stream, which generates in a thread."""
     pin_memory: bool | None = None
     """Page-locked host batches for fast copies to a GPU; null means yes when training on CUDA."""
     start_method: Literal["forkserver", "spawn", "fork"] = "forkserver"
