@@ -161,9 +161,18 @@ def main() -> None:
                         ),
                     }
                 )
+    # Records of other budgets measured earlier are kept; those of the budgets run now are replaced.
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(RESULTS, records)
-    atomic_write_json(RESULTS.with_name("stream.runs.json"), runs)
+    measured = {f"{budget:g} s wall clock" for budget in budgets}
+    kept = [r for r in read_list(RESULTS) if not any(m in r["case"] for m in measured)]
+    atomic_write_json(RESULTS, kept + records)
+    runs_path = RESULTS.with_name("stream.runs.json")
+    kept_runs = [r for r in read_list(runs_path) if r["budget_s"] not in budgets]
+    atomic_write_json(runs_path, kept_runs + runs)
+
+
+def read_list(path: Path) -> list[dict]:
+    return json.loads(path.read_text()) if path.exists() else []
 
 
 if __name__ == "__main__":
