@@ -122,7 +122,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budgets", default="60", help="comma-separated wall-clock budgets in seconds")
     parser.add_argument("--sizes", default="64,256,1024", help="disk dataset sizes (train trajectories)")
+    parser.add_argument("--plot-only", action="store_true", help="redraw stream.png from stream.runs.json")
     args = parser.parse_args()
+    if args.plot_only:
+        plot(read_list(RESULTS.with_name("stream.runs.json")), RESULTS.with_name("stream.png"))
+        return
     budgets = [float(b) for b in args.budgets.split(",")]
     sizes = args.sizes.split(",")
     records, runs = [], []
@@ -169,6 +173,34 @@ def main() -> None:
     runs_path = RESULTS.with_name("stream.runs.json")
     kept_runs = [r for r in read_list(runs_path) if r["budget_s"] not in budgets]
     atomic_write_json(runs_path, kept_runs + runs)
+    plot(kept_runs + runs, RESULTS.with_name("stream.png"))
+
+
+def plot(runs: list[dict], out: Path) -> None:
+    """Test nRMSE (one-step and 20-step rollout) against the wall-clock budget, one line per case."""
+    import matplotlib  # lazy: only the figure needs it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: as above
+
+    runs = sorted(runs, key=lambda r: r["budget_s"])
+    budgets = [r["budget_s"] for r in runs]
+    cases = list(runs[0]["results"]) if runs else []
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.6), constrained_layout=True)
+    for ax, (key, title) in zip(
+        axes, (("one_step", "one-step"), ("rollout20", "20-step rollout")), strict=True
+    ):
+        for case in cases:
+            label = "stream" if case == "stream" else f"disk, {case} trajectories"
+            values = [r["results"][case][key] for r in runs]
+            ax.plot(budgets, values, marker="o", label=label, linewidth=2.5 if case == "stream" else 1.2)
+        ax.set_xlabel("wall clock incl. generation [s]")
+        ax.set_ylabel(f"test {title} nRMSE")
+        ax.set_yscale("log")
+        ax.set_title(f"Burgers 1D, FNO: {title}")
+    axes[0].legend(fontsize=8)
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
 
 
 def read_list(path: Path) -> list[dict]:
