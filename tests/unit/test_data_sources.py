@@ -181,3 +181,23 @@ def test_a_buffer_that_reuse_does_not_divide_is_refused() -> None:
         ConfigError, match=r"data\.stream\.buffer=6 is not a multiple of data\.stream\.reuse=4"
     ):
         load_config(TINY, ["data.stream.buffer=6", "data.stream.reuse=4"])
+
+
+def test_training_that_waits_for_data_is_told_so_once_with_what_to_change(
+    tiny_data: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import time
+
+    from dynaforge.train.window import WindowTask
+
+    task = WindowTask(load_config(TINY, ["data.reading=lazy"]), tiny_data)
+    task.train_set = both_paths(tiny_data)[1]
+    task.clock, task.waited, task.windows_read = time.perf_counter() - 4.0, 3.0, 640
+    with caplog.at_level("WARNING"):
+        measures = task.data_measures()
+        assert 0.7 < measures["data_wait_share"] <= 1 and measures["data_wait_s"] == 3.0
+        assert 150 < measures["windows_per_s"] <= 160
+        task.clock, task.waited = time.perf_counter() - 4.0, 3.0
+        task.data_measures()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "waited for data" in warnings[0] and "data.num_workers" in warnings[0]
