@@ -14,7 +14,8 @@ is a function of (config, epoch, position), so a resumed run regenerates what it
 windows in the same order.
 
 Generation runs in a background thread (`TrajectoryStream`) at most one round ahead of training, so
-memory holds about buffer + 2 r trajectories; the time training waits for it is measured.
+memory holds about buffer + 2 r trajectories; the trainer measures the time it waits for a batch
+(`dynaforge.train.window.WindowTask.data_measures`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -135,15 +135,6 @@ def statistics_of(fields: np.ndarray) -> dict[str, list[float] | int]:
     return SampleMoments.of(fields).merged().summary()
 
 
-class StreamCounters(NamedTuple):
-    generated: int
-    """Samples generated so far."""
-    generating_seconds: float
-    """Time the generator spent generating (not waiting for room)."""
-    waited_seconds: float
-    """Time training waited for a sample."""
-
-
 class TrajectoryStream:
     """Normalised training samples of one rank, generated in a background thread (see the module
     docstring); `batches(epoch, skip)` yields the micro-batches of `StreamPlan.epoch_batches` as Windows."""
@@ -173,8 +164,7 @@ class TrajectoryStream:
         self.thread: threading.Thread | None = None
         self.stopping = False
         self.generated = 0
-        self.generating_seconds = 0.0
-        self.waited_seconds = 0.0
+        """Samples generated so far (the trainer logs the rate)."""
 
     # ---- the generator thread -------------------------------------------------------------------
 
@@ -195,7 +185,6 @@ class TrajectoryStream:
                         return
                     lo = self.next_local
                     self.next_local += self.plan.block
-                started = time.perf_counter()
                 first = self.plan.global_sample(lo)
                 fields = generate_samples(
                     self.system, self.base_seed, "train", first, first + self.plan.block, self.device
@@ -207,7 +196,6 @@ class TrajectoryStream:
                     for i in range(self.plan.block):
                         self.samples[lo + i] = frames[i]
                     self.generated += self.plan.block
-                    self.generating_seconds += time.perf_counter() - started
                     self.condition.notify_all()
         except BaseException as error:  # handed to the training thread, which raises it
             with self.condition:
@@ -229,14 +217,11 @@ class TrajectoryStream:
         frames = self.samples.get(local)
         if frames is not None:
             return frames
-        started = time.perf_counter()
         with self.condition:
             self.condition.wait_for(lambda: local in self.samples or self.error is not None)
             if self.error is not None:
                 raise RuntimeError(f"the stream's generator failed: {self.error}") from self.error
-            frames = self.samples[local]
-        self.waited_seconds += time.perf_counter() - started
-        return frames
+            return self.samples[local]
 
     def enter_round(self, round_index: int) -> None:
         """Drop the samples no later round uses; let the generator run to the end of the next round."""
@@ -260,6 +245,3 @@ class TrajectoryStream:
                 windows.append(self.sample(local)[start : start + span : self.stride])
             frames = torch.stack(windows)
             yield Window(inputs=frames[:, : self.history], targets=frames[:, self.history :])
-
-    def counters(self) -> StreamCounters:
-        return StreamCounters(self.generated, self.generating_seconds, self.waited_seconds)

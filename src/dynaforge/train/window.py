@@ -47,7 +47,7 @@ from dynaforge.data.stream import TrajectoryStream, generate_samples, statistics
 from dynaforge.errors import RunError
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout, build_model
 from dynaforge.store import DatasetFolder
-from dynaforge.systems import build_system
+from dynaforge.systems import System, build_system
 from dynaforge.train.capture import compile_model
 from dynaforge.train.distributed import EpochSampler, ShardSampler, sum_across_ranks
 from dynaforge.train.engine import Engine, TrainSummary
@@ -84,6 +84,8 @@ class WindowTask:
         self.windows_read = 0
         self.clock = time.perf_counter()
         self.warned_slow = False
+        self.generated_before = 0
+        self.reads_before = 0
 
     # ---- set-up ------------------------------------------------------------------------------------
 
@@ -175,7 +177,7 @@ class WindowTask:
             stride=data.stride,
         )
 
-    def stream_system(self) -> Any:
+    def stream_system(self) -> System:
         system_config = self.config.system
         if system_config.name == "nbody" and system_config.control.kind == "learned":
             raise ConfigError(
@@ -285,13 +287,11 @@ class WindowTask:
         }
         if self.stream is not None:
             generated = self.stream.generated
-            measures["trajectories_generated_per_s"] = (
-                generated - getattr(self, "generated_before", 0)
-            ) / seconds
+            measures["trajectories_generated_per_s"] = (generated - self.generated_before) / seconds
             self.generated_before = generated
         elif isinstance(self.train_set, LazyWindowDataset) and self.config.data.num_workers == 0:
             reads = self.train_set.reads
-            measures["trajectories_read_per_s"] = (reads - getattr(self, "reads_before", 0)) / seconds
+            measures["trajectories_read_per_s"] = (reads - self.reads_before) / seconds
             self.reads_before = reads
         slow = measures["data_wait_share"] > SLOW_DATA_SHARE and self.waited > SLOW_DATA_SECONDS
         if slow and not self.warned_slow:
@@ -373,26 +373,23 @@ class WindowTask:
 
     # ---- what the run records -----------------------------------------------------------------------
 
+    def reads_from_shards(self) -> bool:
+        return isinstance(getattr(self, "train_set", None), LazyWindowDataset)  # no train_set when streaming
+
     def train_windows(self) -> int:
         """Windows per epoch (streaming: this process's)."""
         return self.stream.plan.windows_per_epoch if self.stream is not None else len(self.train_set)
 
     def describe(self) -> str:
         source = "streamed " if self.stream is not None else ""
-        reading = (
-            " (read from the shards)"
-            if isinstance(getattr(self, "train_set", None), LazyWindowDataset)
-            else ""
-        )
+        reading = " (read from the shards)" if self.reads_from_shards() else ""
         return f"{self.config.model.name} on {self.train_windows()} {source}windows{reading}"
 
     def header(self) -> dict[str, Any]:
         return {
             "data": str(self.data_root) if self.data_root is not None else None,
             "source": self.config.data.source,
-            "reading": "lazy"
-            if isinstance(getattr(self, "train_set", None), LazyWindowDataset)
-            else "memory",
+            "reading": "lazy" if self.reads_from_shards() else "memory",
             "model": self.config.model.name,
             "train_windows": self.train_windows(),
             "val_windows": len(self.val_set),
