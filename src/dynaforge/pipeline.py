@@ -1,5 +1,8 @@
 """`dynaforge run`: generate -> train -> evaluate from one config, into ROOT/data and ROOT/run.
 
+With `data.source: stream` ROOT/data holds only the val and test splits (`stored_part`); training generates
+its samples as it runs and validates on ROOT/data's val split.
+
 Each stage is skipped when its complete output already exists for the same config: a complete dataset
 with the same identity, a run whose last checkpoint is complete, an evaluation made from the current
 checkpoint with the same `evaluate` section. An unfinished training run of the same config is resumed
@@ -9,6 +12,7 @@ from its last checkpoint (a dataset is resumed shard by shard). A different conf
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -36,10 +40,11 @@ def run_pipeline(
     root = Path(root)
     check_no_empty_split(config)
     data, run = root / "data", run_folder(root / "run")
-    if dataset_is_complete(data, config):
+    stored = stored_part(config)
+    if dataset_is_complete(data, stored):
         log.info("generate: skipped, %s is complete", data)
     else:
-        generate(config, data, progress=progress)
+        generate(stored, data, progress=progress)
     if stage is not None:
         run_stages(config, data, run.root, stage, progress=progress)
         return evaluate(run.root, data, config.evaluate).report
@@ -62,6 +67,14 @@ def check_no_empty_split(config: Config) -> None:
                 f"dataset.n_{name} is 0, but `dynaforge run` trains on train, validates on val and evaluates "
                 f"on test; set dataset.n_{name} > 0"
             )
+
+
+def stored_part(config: Config) -> Config:
+    """What ROOT/data holds: the config's dataset, or with `data.source: stream` its val and test splits
+    only (plus the one train sample the format asks for: training streams its own)."""
+    if config.data.source != "stream":
+        return config
+    return dataclasses.replace(config, dataset=dataclasses.replace(config.dataset, n_train=1))
 
 
 def dataset_is_complete(root: Path, config: Config) -> bool:

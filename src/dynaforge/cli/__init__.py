@@ -138,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(train, stages=True)
     train.add_argument(
         "--data",
-        required=True,
-        help="dataset folder (from `dynaforge generate` or `convert`), or a PDEBench / The Well file",
+        default=None,
+        help="dataset folder (from `dynaforge generate` or `convert`), or a PDEBench / The Well file; "
+        "optional with data.source=stream (then the val split is generated in memory)",
     )
     train.add_argument("--out", required=True, help="run folder to create (or to continue, with --resume)")
     train.add_argument(

@@ -212,6 +212,8 @@ def run_train_stages(args: argparse.Namespace, stage: str) -> int:
 
     overrides = [item for item in args.overrides if not item.startswith("stage=")]
     config = load_config(args.config, overrides)
+    if args.data is None:
+        raise ConfigError("the staged stack trains on a dataset folder: pass --data DIR")
     status = run_stages(config, args.data, args.out, stage, progress=False if args.no_progress else None)
     for name, record in status["stages"].items():
         print(

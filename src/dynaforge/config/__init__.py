@@ -11,7 +11,7 @@ One module per component's sections (base, systems, nbody, data, models, train, 
 two_phase) and load.py (YAML, dotted overrides, validation); every name is importable from here."""
 
 from dynaforge.config.base import Check, ConfigError, InitialConfig, Range, check_fields, field_check
-from dynaforge.config.data import DataConfig, DatasetConfig
+from dynaforge.config.data import DataConfig, DatasetConfig, StreamConfig
 from dynaforge.config.evaluate import EvaluateConfig
 from dynaforge.config.load import (
     SYSTEM_CONFIGS,
@@ -117,6 +117,7 @@ __all__ = [
     "StagesConfig",
     "SteadyStageConfig",
     "StepControlConfig",
+    "StreamConfig",
     "SystemConfig",
     "TeacherTaskConfig",
     "TimestepperConfig",

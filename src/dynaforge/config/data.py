@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from dynaforge.config.base import AT_LEAST_ONE, NON_NEGATIVE, check_values, checked
+from dynaforge.config.base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, ConfigError, check_values, checked
 
 
 @dataclass
@@ -37,6 +37,31 @@ class DatasetConfig:
 
 
 @dataclass
+class StreamConfig:
+    """Training trajectories generated while the model trains (`data.source: stream`), no dataset on disk.
+
+    The stream holds `buffer` trajectories; each round of training draws every window of the buffer once,
+    in an order fixed by (train seed, rank, round), then the oldest `buffer / reuse` trajectories are
+    replaced by new ones, so each trajectory is seen `reuse` rounds before it leaves (README, "When to
+    stream, when to store").
+    """
+
+    buffer: int = checked(64, check=AT_LEAST_ONE)
+    """Trajectories held at once (per training process); memory is about (buffer + buffer / reuse)
+    trajectories."""
+    reuse: int = checked(4, check=AT_LEAST_ONE)
+    """Rounds each trajectory is drawn in before it is replaced; must divide `buffer`."""
+
+    def __post_init__(self) -> None:
+        check_values(self)
+        if self.buffer % self.reuse:
+            raise ConfigError(
+                f"data.stream.buffer={self.buffer} is not a multiple of data.stream.reuse={self.reuse}: each "
+                "round replaces buffer / reuse trajectories; choose a buffer that reuse divides"
+            )
+
+
+@dataclass
 class DataConfig:
     """Training windows cut from a dataset folder, and how they are batched.
 
@@ -53,11 +78,26 @@ class DataConfig:
     batch_size: int = checked(32, check=AT_LEAST_ONE)
     """Windows per optimiser step (and per evaluation batch)."""
     num_workers: int = checked(0, check=NON_NEGATIVE)
-    """DataLoader worker processes; 0 reads in the main process (the splits are held in memory)."""
+    """DataLoader worker processes; 0 reads in the main process (with `reading: lazy` each worker opens its
+    own HDF5 handles and holds its own buffer). Not used by the stream, which generates in a thread."""
     pin_memory: bool | None = None
     """Page-locked host batches for fast copies to a GPU; null means yes when training on CUDA."""
     start_method: Literal["forkserver", "spawn", "fork"] = "forkserver"
     """How DataLoader workers start; `fork` is unsafe with threads, CUDA or open HDF5 files."""
+    source: Literal["store", "stream"] = "store"
+    """Where training trajectories come from: `store`, a dataset folder (`--data`); `stream`, generated from
+    `system` and `dataset` while training runs (validation stays fixed: the folder's, or generated in memory)."""
+    reading: Literal["auto", "memory", "lazy"] = "auto"
+    """How stored splits are read: whole into memory (`memory`), window by window from the shards with a
+    bounded shuffle buffer (`lazy`), or in memory when the train and val splits together fit in
+    `memory_budget_mib` (`auto`)."""
+    memory_budget_mib: float = checked(2048.0, check=POSITIVE)
+    """The memory `reading: auto` may spend on holding splits, in MiB."""
+    buffer: int = checked(32, check=AT_LEAST_ONE)
+    """Trajectories held per reading process when windows are read from the shards: the shuffle draws
+    the windows of `buffer` trajectories at a time (`reading: lazy`), so memory is about buffer x one trajectory."""
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    """The stream source (`source: stream`)."""
 
     def __post_init__(self) -> None:
         check_values(self)

@@ -2,7 +2,7 @@
 and the readers of PDEBench and The Well files (interop)."""
 
 from dynaforge.store.format import DatasetError, SplitArrays
-from dynaforge.store.reader import DatasetFolder
+from dynaforge.store.reader import DatasetFolder, TrajectoryReader
 from dynaforge.store.validate import validate_dataset
 
-__all__ = ["DatasetError", "DatasetFolder", "SplitArrays", "validate_dataset"]
+__all__ = ["DatasetError", "DatasetFolder", "SplitArrays", "TrajectoryReader", "validate_dataset"]

@@ -8,8 +8,10 @@ names the file or key and the fix.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,22 @@ class DatasetFolder:
             )
         self.verified.add(record["file"])
         return None
+
+    def trajectory_reader(self, split: str) -> TrajectoryReader:
+        """The split's trajectories read one at a time, never the whole split (see `TrajectoryReader`)."""
+        if self.split_size(split) == 0:
+            raise DatasetError(f"split {split!r} of {self.root} has no samples")
+        if self.foreign is not None:
+            return TrajectoryReader([(self.root, 0, self.split_size(split))], foreign=(self.foreign, split))
+        records = self.split_records(split)
+        return TrajectoryReader(
+            [(self.root / r["file"], r["start"], r["stop"]) for r in records], shape=self.manifest["shape"]
+        )
+
+    def split_bytes(self, split: str) -> int:
+        """Bytes of the split's fields as float32 (what reading it whole takes, once)."""
+        shape = self.manifest["shape"]
+        return self.split_size(split) * shape["frames"] * math.prod(shape["space"]) * shape["channels"] * 4
 
     def read_split(self, split: str) -> SplitArrays:
         if self.foreign is not None:
@@ -289,3 +307,64 @@ def load_initial_from_store(
     arrays = dataset.read_split(split)
     states = arrays.fields[:, frame].astype(np.float64)  # (N, bodies, 6)
     return states[..., :3], states[..., 3:], arrays.params, arrays.param_names
+
+
+class TrajectoryReader:
+    """One split's trajectories, read one at a time from HDF5: `read(i)` is sample i, (T, *space, C) float32.
+
+    It holds file names only, so it pickles into DataLoader workers; each process opens its own handles the
+    first time it reads (never across a fork: a handle opened before one is dropped). A shard's chunks
+    hold one trajectory each (docs/format.md, "Chunking"), so a read touches one chunk of one file.
+    `pieces` are (file, first sample, end sample) in split order; `foreign` is (ForeignDataset, split) for a
+    PDEBench or The Well file, read with its format's ranged reader.
+    """
+
+    def __init__(
+        self,
+        pieces: list[tuple[Path, int, int]],
+        shape: dict[str, Any] | None = None,
+        foreign: tuple[ForeignDataset, str] | None = None,
+    ) -> None:
+        self.pieces = pieces
+        self.starts = [start for _, start, _ in pieces]
+        self.size = pieces[-1][2] if pieces else 0
+        self.shape = shape
+        self.foreign = foreign
+        self.handles: dict[Path, h5py.File] = {}
+        self.pid = os.getpid()
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "handles": {}}
+
+    def handle(self, path: Path, start: int, stop: int) -> h5py.File:
+        """The open file `path` (samples [start, stop)), opened and shape-checked on first use here."""
+        if self.pid != os.getpid():  # a forked copy: the parent's handles are not ours to use
+            self.handles, self.pid = {}, os.getpid()
+        if path not in self.handles:
+            h5 = h5py.File(path, "r")
+            if self.shape is not None:
+                record = {"start": start, "stop": stop}
+                if problem := shard_shape_problem(path, h5, record, self.shape):
+                    h5.close()
+                    raise DatasetError(problem)
+            self.handles[path] = h5
+        return self.handles[path]
+
+    def read(self, index: int) -> np.ndarray:
+        if not 0 <= index < self.size:
+            raise IndexError(f"sample {index} out of range [0, {self.size})")
+        if self.foreign is not None:
+            dataset, split = self.foreign
+            lo = dataset.ranges[split][0]
+            h5 = self.handle(*self.pieces[0])
+            return dataset.reader.read(h5, dataset.layout, lo + index, lo + index + 1)[0]
+        path, start, stop = self.pieces[bisect.bisect_right(self.starts, index) - 1]
+        return np.asarray(self.handle(path, start, stop)["fields"][index - start], dtype=np.float32)
+
+    def close(self) -> None:
+        for h5 in self.handles.values():
+            h5.close()
+        self.handles = {}

@@ -492,9 +492,16 @@ class Engine:
         self.meter.reset()
         self.skipped_steps += summary["skipped"]
         lr = float(self.optimizer.param_groups[0]["lr"])
+        # A task that measures its data source (windows/s, time waited) adds it to the record and the bar.
+        data = self.task.data_measures() if hasattr(self.task, "data_measures") else {}
         if self.bar is not None:
-            self.bar.set_postfix(loss=f"{summary['loss']:.3e}", lr=f"{lr:.2e}")
-        record = {"kind": "train", "epoch": epoch + 1, "step": self.step, "lr": lr, **summary}
+            rates = (
+                {"win/s": f"{data['windows_per_s']:.0f}", "wait": f"{data['data_wait_share']:.0%}"}
+                if data
+                else {}
+            )
+            self.bar.set_postfix(loss=f"{summary['loss']:.3e}", lr=f"{lr:.2e}", **rates)
+        record = {"kind": "train", "epoch": epoch + 1, "step": self.step, "lr": lr, **summary, **data}
         self.records.window(record, self.settings_key, self.settings.max_bad_steps)
 
     def log_epoch(self, epoch: int, seconds: float) -> None:

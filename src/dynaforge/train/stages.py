@@ -554,6 +554,10 @@ def run_stages(
     returns the stages.json record. Done stages are skipped; a running one resumes."""
     if stage != "all" and stage not in STAGES:
         raise ConfigError(f"stage={stage!r} is not valid; choose all or one of: {', '.join(STAGES)}")
+    if config.data.source == "stream":
+        raise ConfigError(
+            "the staged stack trains on a dataset folder: set data.source=store and pass --data"
+        )
     if config.data.horizon != 1:
         raise ConfigError(
             f"data.horizon={config.data.horizon}: the staged stack predicts and corrects one frame per operator "

@@ -1,0 +1,176 @@
+"""Training on stored datasets of 0.1x, 1x and 4x a memory budget: peak memory and training windows/s of
+lazy reading (`data.reading=lazy`) against today's in-memory path (`data.reading=memory`) where it fits.
+
+Data: the quickstart's viscous Burgers system (128 points, 51 frames: 26 112 bytes a trajectory), generated
+by `dynaforge generate` into BENCH_DATA (default /tmp/dynaforge-data-scale, outside git) with as many train
+trajectories as 0.1, 1 and 4 times the budget hold (val and test: 16 each). Model: the quickstart FNO
+(width 32, 16 modes, 4 layers), AdamW, batch 32, one torch thread.
+
+Each case runs in a fresh interpreter: it builds the trainer (`train.window.window_engine`, which verifies
+every shard's SHA-256 and then reads the splits whole or opens them lazily), trains WARMUP micro-batches,
+then times STEPS more (the files were just written, so they sit in the page cache), and reports its peak
+RSS (`ru_maxrss`). The *floor* is the same run on a dataset of 64 trajectories held in memory: torch, the
+model, the optimiser and the trainer, without data to speak of. Data memory = peak RSS - floor; the budget
+applies to it (the floor is the same for every dataset size).
+
+Writes benchmarks/results/data_scale.json (ratio > 1: dynaforge's lazy path better).
+Run: `flock /tmp/dynaforge-heavy.lock env OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/data_scale.py`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from dynaforge.atomic import atomic_write_json
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import load_note
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "data_scale.json"
+TRAJECTORY_BYTES = 51 * 128 * 4
+WARMUP, STEPS = 20, 300
+
+CHILD = r"""
+import itertools, json, resource, sys, time
+import torch
+from dynaforge.config import load_config
+from dynaforge.train.window import window_engine
+
+config_path, data, out, reading, buffer, warmup, steps = sys.argv[1:8]
+torch.set_num_threads(1)
+config = load_config(config_path, [f"data.reading={reading}", f"data.buffer={buffer}", "train.epochs=1"])
+engine = window_engine(config, data, out, overwrite=True, progress=False)
+engine.model.train()
+batches = itertools.chain.from_iterable(engine.task.epoch_batches(e, 0) for e in itertools.count())
+done = 0
+for i, batch in enumerate(itertools.islice(batches, int(warmup) + int(steps))):
+    if i == int(warmup):
+        started = time.perf_counter()
+    engine.micro_step(batch)
+    done += batch[0].shape[0] if i >= int(warmup) else 0
+seconds = time.perf_counter() - started
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"windows_per_s": done / seconds, "peak_rss_mib": peak}))
+"""
+
+
+def make_dataset(root: Path, n_train: int) -> Path:
+    folder = root / f"burgers-{n_train}"
+    if (folder / "manifest.json").exists() and json.loads((folder / "manifest.json").read_text()).get(
+        "complete"
+    ):
+        return folder
+    overrides = [
+        f"dataset.n_train={n_train}",
+        "dataset.n_val=16",
+        "dataset.n_test=16",
+        "dataset.shard_size=1024",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "dynaforge.cli",
+        "-q",
+        "generate",
+        str(REPO / "configs" / "quickstart.yaml"),
+    ]
+    subprocess.run([*command, *overrides, "--out", str(folder), "--no-progress"], check=True)
+    return folder
+
+
+def run_case(data: Path, reading: str, buffer: int, out: Path, steps: int) -> dict[str, float]:
+    config = data / "config.yaml"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
+    args = [str(config), str(data), str(out), reading, str(buffer), str(WARMUP), str(steps)]
+    result = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-2000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget-mib", type=float, default=256.0)
+    parser.add_argument("--buffer", type=int, default=64, help="data.buffer of the lazy runs")
+    parser.add_argument("--steps", type=int, default=STEPS, help="timed micro-batches per case")
+    parser.add_argument("--data", default=os.environ.get("BENCH_DATA", "/tmp/dynaforge-data-scale"))
+    args = parser.parse_args()
+    root = Path(args.data)
+    root.mkdir(parents=True, exist_ok=True)
+    budget = args.budget_mib
+    sizes = {scale: int(scale * budget * 2**20 / TRAJECTORY_BYTES) for scale in (0.1, 1.0, 4.0)}
+    runs: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "run"
+        floor_data = make_dataset(root, 64)
+        runs["floor"] = run_case(floor_data, "memory", args.buffer, out, args.steps)
+        for scale, n in sizes.items():
+            data = make_dataset(root, n)
+            runs[f"lazy {scale}x"] = run_case(data, "lazy", args.buffer, out, args.steps)
+            if scale <= 1.0:
+                runs[f"memory {scale}x"] = run_case(data, "memory", args.buffer, out, args.steps)
+            print(scale, n, {k: v for k, v in runs.items() if k.endswith(f"{scale}x")}, flush=True)
+    floor = runs["floor"]["peak_rss_mib"]
+    notes = (
+        f"budget {budget:g} MiB for data (peak RSS - floor; floor {floor:.0f} MiB: torch, model, optimiser, "
+        f"trainer on 64 trajectories); datasets {', '.join(f'{s}x = {n} trajectories' for s, n in sizes.items())} "
+        f"of 26 112 B; quickstart FNO, batch 32, {args.steps} timed micro-batches after {WARMUP}, 1 torch thread, "
+        f"page cache warm, lazy data.buffer={args.buffer}. {load_note()} (other helpers shared the 2 cores: "
+        "timings noisy)"
+    )
+    records = []
+    memory_rate = runs["memory 1.0x"]["windows_per_s"]
+    for scale in sizes:
+        lazy = runs[f"lazy {scale}x"]
+        records.append(
+            {
+                "case": f"lazy reading, dataset {scale}x the budget: training windows/s",
+                "baseline": "in-memory path on the 1x dataset",
+                "metric": "windows/s (higher is better)",
+                "dynaforge": lazy["windows_per_s"],
+                "baseline_value": memory_rate,
+                "ratio": lazy["windows_per_s"] / memory_rate,
+                "notes": notes,
+            }
+        )
+        data_mib = max(lazy["peak_rss_mib"] - floor, 0.0)
+        records.append(
+            {
+                "case": f"lazy reading, dataset {scale}x the budget: data memory (peak RSS - floor)",
+                "baseline": f"the budget, {budget:g} MiB",
+                "metric": "MiB (lower is better)",
+                "dynaforge": data_mib,
+                "baseline_value": budget,
+                "ratio": budget / max(data_mib, 1.0),
+                "notes": f"peak RSS {lazy['peak_rss_mib']:.0f} MiB. " + notes,
+            }
+        )
+    for scale in (0.1, 1.0):
+        memory = runs[f"memory {scale}x"]
+        lazy = runs[f"lazy {scale}x"]
+        records.append(
+            {
+                "case": f"dataset {scale}x the budget: data memory, lazy vs in-memory",
+                "baseline": "in-memory path (data.reading=memory)",
+                "metric": "MiB of data memory (lower is better)",
+                "dynaforge": max(lazy["peak_rss_mib"] - floor, 0.0),
+                "baseline_value": max(memory["peak_rss_mib"] - floor, 0.0),
+                "ratio": max(memory["peak_rss_mib"] - floor, 1.0) / max(lazy["peak_rss_mib"] - floor, 1.0),
+                "notes": f"in-memory {memory['windows_per_s']:.0f} windows/s, lazy {lazy['windows_per_s']:.0f}. "
+                + notes,
+            }
+        )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(RESULTS, records)
+    print(json.dumps(runs, indent=1))
+
+
+if __name__ == "__main__":
+    main()

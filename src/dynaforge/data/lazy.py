@@ -1,0 +1,154 @@
+"""Windows read from the shards as training asks for them: memory bounded by a buffer, not by the split.
+
+`LazyWindowDataset` gives the same windows as `WindowDataset` (same index -> same window, bit for bit)
+but holds at most `buffer` normalised trajectories, read one at a time through a
+`dynaforge.store.TrajectoryReader` (one HDF5 handle per process, opened in the process that reads).
+
+`BufferShuffleSampler` orders an epoch so that this buffer suffices: the trajectories are shuffled, cut
+into blocks of `buffer`, and the windows of each block are shuffled among themselves. The order is a pure
+function of (seed, epoch), every window of the split appears exactly once per epoch, and rank r of W
+takes the positions r, r + W, ... of it (padded like `DistributedSampler`), so ranks are disjoint and a
+resumed run skips exactly what it had trained on.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset, Sampler
+
+from dynaforge.data.normalize import Normalizer
+from dynaforge.data.windows import Window, fields_to_channels_first, window_starts
+from dynaforge.store import TrajectoryReader
+
+
+class LazyWindowDataset(Dataset[Window]):
+    """Normalised windows of one split, read trajectory by trajectory and kept in an LRU of `buffer`."""
+
+    def __init__(
+        self,
+        reader: TrajectoryReader,
+        normalizer: Normalizer,
+        history: int,
+        targets: int,
+        stride: int = 1,
+        buffer: int = 32,
+    ) -> None:
+        if history < 1 or targets < 1 or stride < 1 or buffer < 1:
+            raise ValueError(
+                f"history, targets, stride and buffer must be >= 1, got {history}, {targets}, {stride}, {buffer}"
+            )
+        self.reader, self.normalizer, self.buffer = reader, normalizer, buffer
+        self.history, self.targets, self.stride = history, targets, stride
+        first = reader.read(0)  # (T, *space, C)
+        self.spatial_dims = first.ndim - 2
+        n_frames = first.shape[0]
+        self.starts = window_starts(n_frames, history + targets, stride)
+        if len(self.starts) == 0:
+            raise ValueError(
+                f"trajectories of {n_frames} frames are too short for windows of {history} + {targets} "
+                f"frames {stride} apart (needs {(history + targets - 1) * stride + 1}); lower data.history, "
+                "data.horizon, data.stride or train.rollout_steps, or generate longer trajectories"
+            )
+        self.cache: OrderedDict[int, Tensor] = OrderedDict()
+        self.reads = 0
+        """Trajectories read from disk by this process (a measure for the logs)."""
+
+    @property
+    def windows_per_sample(self) -> int:
+        return len(self.starts)
+
+    @property
+    def samples(self) -> int:
+        return len(self.reader)
+
+    def __len__(self) -> int:
+        return self.samples * self.windows_per_sample
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "cache": OrderedDict()}
+
+    def trajectory(self, sample: int) -> Tensor:
+        """Sample `sample` normalised, (T, C, *space), from the buffer or read (evicting the oldest used)."""
+        if sample in self.cache:
+            self.cache.move_to_end(sample)
+            return self.cache[sample]
+        fields = fields_to_channels_first(self.reader.read(sample)[None])  # (1, T, C, *space)
+        frames = self.normalizer.physical_to_normalized(fields, self.spatial_dims)[0]
+        self.reads += 1
+        self.cache[sample] = frames
+        while len(self.cache) > self.buffer:
+            self.cache.popitem(last=False)
+        return frames
+
+    def __getitem__(self, index: int) -> Window:
+        if not 0 <= index < len(self):
+            raise IndexError(f"window {index} out of range [0, {len(self)})")
+        sample, offset = divmod(index, self.windows_per_sample)
+        start = self.starts[offset]
+        stop = start + (self.history + self.targets - 1) * self.stride + 1
+        frames = self.trajectory(sample)[start : stop : self.stride]
+        return Window(inputs=frames[: self.history], targets=frames[self.history :])
+
+
+def buffered_order(samples: int, windows_per_sample: int, buffer: int, seed: int, epoch: int) -> np.ndarray:
+    """Every window index of `samples` trajectories once, shuffled so that each run of
+    buffer x windows_per_sample consecutive positions draws from `buffer` trajectories only; a pure
+    function of its arguments (int64)."""
+    rng = np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=(epoch,)))
+    trajectories = rng.permutation(samples)
+    offsets = np.arange(windows_per_sample, dtype=np.int64)
+    blocks = []
+    for lo in range(0, samples, buffer):
+        block = trajectories[lo : lo + buffer].astype(np.int64)
+        windows = (block[:, None] * windows_per_sample + offsets[None, :]).ravel()
+        blocks.append(rng.permutation(windows))
+    return np.concatenate(blocks)
+
+
+class BufferShuffleSampler(Sampler[int]):
+    """`buffered_order` of each epoch, split across ranks and resumable mid-epoch (see the module
+    docstring). Call `start(epoch, skip)` before each epoch, as with `train.distributed.EpochSampler`.
+
+    With W ranks each rank reads the same blocks (a window's trajectory is read by the rank that takes
+    it), so each holds at most `buffer` trajectories: ranks share the reading of a block, not its memory.
+    """
+
+    def __init__(
+        self, dataset: LazyWindowDataset, rank: int, world_size: int, seed: int, buffer: int | None = None
+    ) -> None:
+        self.samples, self.windows_per_sample = dataset.samples, dataset.windows_per_sample
+        self.buffer = buffer or dataset.buffer
+        self.rank, self.world_size, self.seed = rank, world_size, seed
+        total = self.samples * self.windows_per_sample
+        self.num_samples = -(-total // world_size)
+        self.epoch, self.skip = 0, 0
+
+    def start(self, epoch: int, skip: int = 0) -> None:
+        self.epoch, self.skip = epoch, skip
+
+    def rank_order(self) -> np.ndarray:
+        order = buffered_order(self.samples, self.windows_per_sample, self.buffer, self.seed, self.epoch)
+        padding = self.num_samples * self.world_size - len(order)
+        if padding:
+            order = np.concatenate([order, order[:padding]])
+        return order[self.rank :: self.world_size]
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(map(int, self.rank_order()), self.skip, None)
+
+    def __len__(self) -> int:
+        return max(self.num_samples - self.skip, 0)
+
+
+def resident_bytes(dataset: Dataset) -> int:
+    """Bytes of normalised trajectories a window dataset holds now (its buffer, or its whole split)."""
+    if isinstance(dataset, LazyWindowDataset):
+        return sum(t.numel() * t.element_size() for t in dataset.cache.values())
+    frames = getattr(dataset, "frames", None)
+    return int(frames.numel() * frames.element_size()) if isinstance(frames, torch.Tensor) else 0
