@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--splits",
         default="0.8,0.1,0.1",
         metavar="TRAIN,VAL,TEST",
-        help="fractions of the file's samples per split, contiguous in file order (default 0.8,0.1,0.1)",
+        help="fractions (0.8,0.1,0.1, the default) or counts (1000,100,200) of the file's samples per "
+        "split, contiguous in file order",
     )
     convert.add_argument("--shard-size", type=int, default=256, help="samples per shard (default 256)")
     convert.set_defaults(handler=run_convert)
