@@ -167,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = verbs.add_parser("evaluate", help="score a run on the test split; writes RUN/eval/")
     evaluate.add_argument("run", help="run folder (from `dynaforge train`)")
     evaluate.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="evaluate.key=value",
+        help="overrides of the run's evaluate section, e.g. evaluate.checkpoint=last evaluate.rollout_frames=50",
+    )
+    evaluate.add_argument(
         "--data",
         default=None,
         help="dataset folder or PDEBench / The Well file (default: the one trained on)",
