@@ -7,6 +7,8 @@ validate, schedule, log, checkpoint. Everything else is set-up. What one step co
 callbacks. A step whose loss or gradient norm is not finite is skipped on the device and counted; losses
 and gradient norms are read back once per logging window and once per epoch, never in the step. A resumed
 run ends with the weights of one that was never interrupted, bit for bit (at the same torch thread count).
+With `train.time_budget` the number of epochs is planned once, before the first step (`plan_budget`), and
+kept in checkpoints: a resumed budget run is a run of that many epochs like any other.
 """
 
 from __future__ import annotations
