@@ -386,10 +386,12 @@ def draw(runs: list[dict[str, Any]], path: Path) -> None:
     figure.savefig(path, dpi=120)
 
 
-def ablate(setup: Setup, data: dict[str, Any], folder: Path, cache: Path) -> None:
+def ablate(setup: Setup, data: dict[str, Any], folder: Path, cache: Path, variants: list[str]) -> None:
     rows = []
     for seed in setup.seeds:
         for name, overrides in ABLATIONS.items():
+            if variants and name not in variants:
+                continue
             run = run_dynaforge(setup, data, folder, seed, cache / "ablation", tuple(overrides))
             rows.append(
                 {"variant": name, "overrides": overrides, **{k: v for k, v in run.items() if k != "curve"}}
@@ -407,6 +409,9 @@ def main() -> None:
     parser.add_argument("--data-only", action="store_true", help="make the data and stop")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
+        "--variants", default="", help="--ablate: comma-separated ABLATIONS names (default all)"
+    )
+    parser.add_argument(
         "--ablate",
         action="store_true",
         help="dynaforge only: the ABLATIONS, to results/literature_ablation.json",
@@ -420,7 +425,7 @@ def main() -> None:
     if args.data_only:
         return
     if args.ablate:
-        ablate(setup, data, folder, args.cache)
+        ablate(setup, data, folder, args.cache, [v for v in args.variants.split(",") if v])
         return
     runs = []
     for seed in setup.seeds:  # the libraries take turns, so that both see the same machine load
