@@ -4,6 +4,7 @@ RUN/config.yaml            the resolved config the run was trained with
 RUN/metrics.jsonl          one JSON line per logging window and per epoch
 RUN/checkpoints/last.pt    after every epoch
 RUN/checkpoints/best.pt    the epoch with the lowest validation loss
+RUN/checkpoints/epoch-N.pt kept snapshots, every `train.keep_every` epochs
 RUN/eval/metrics.json      after `dynaforge evaluate`, with plots and report.html
 RUN/eval-NAME/             the same for `dynaforge evaluate --data NAME` on data other than the run's own
 
@@ -30,6 +31,8 @@ file). A training checkpoint holds:
     normalization                    the per-channel mean and std the model was trained with
     data                             the dataset folder trained on
     world_size, torch_threads        processes that trained it, and their torch thread count
+    elapsed                          seconds trained so far, resumes included
+    budget_epochs                    a `train.time_budget` run's planned epochs (kept on resume)
 
 State dicts never carry the `_orig_mod.` (torch.compile) or `module.` (DDP) prefixes; `load_checkpoint`
 also strips them from files written by other tools.

@@ -152,6 +152,21 @@ def test_train_and_evaluate_a_unet_with_rollout_training(tiny_root: Path, tmp_pa
     assert metrics["checkpoint"] == "best" and len(metrics["rollout_nrmse"]) == 5
 
 
+def test_evaluate_takes_overrides_of_the_evaluate_section_only(
+    tiny_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(tiny_root / "run", run)
+    assert main(["-q", "evaluate", str(run), "evaluate.checkpoint=last", "evaluate.rollout_frames=3"]) == 0
+    metrics = json.loads((run / "eval" / "metrics.json").read_text())
+    assert metrics["checkpoint"] == "last" and len(metrics["rollout_nrmse"]) == 3
+    capsys.readouterr()
+    assert main(["-q", "evaluate", str(run), "train.lr=0.5"]) == 2
+    assert "evaluate section only" in capsys.readouterr().err
+    assert main(["-q", "evaluate", str(run), "evaluate.checkpoint=first"]) == 2
+    assert "evaluate.checkpoint" in capsys.readouterr().err
+
+
 def test_evaluate_names_the_fix_for_a_missing_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-q", "evaluate", str(tmp_path / "nothing")]) == 2
     assert "dynaforge train" in capsys.readouterr().err

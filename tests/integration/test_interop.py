@@ -233,6 +233,20 @@ def test_split_ranges_follow_the_source_loaders() -> None:
     }
     ranges = split_ranges(7, (0.5, 0.25, 0.25), test_first=False)
     assert sum(hi - lo for lo, hi in ranges.values()) == 7 and ranges["test"] == (5, 7)
+    # Counts: exactly those sizes, in the loader's order; what is left over sits unused next to train.
+    assert parse_fractions("10,3,5") == (10, 3, 5)
+    assert split_ranges(20, (10.0, 3.0, 5.0), test_first=True) == {
+        "train": (8, 18),
+        "val": (5, 8),
+        "test": (0, 5),
+    }
+    assert split_ranges(20, (10.0, 3.0, 5.0), test_first=False) == {
+        "train": (0, 10),
+        "val": (12, 15),
+        "test": (15, 20),
+    }
+    with pytest.raises(DatasetError, match="asks for 21 samples; the file has 20"):
+        split_ranges(20, (10.0, 6.0, 5.0), test_first=True)
 
 
 def scores(path: Path) -> dict:

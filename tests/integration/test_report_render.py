@@ -182,6 +182,21 @@ def test_training_curves_are_log_scale_against_integer_steps() -> None:
     assert np.all(ticks == np.round(ticks)), ticks
 
 
+def test_training_curves_add_validation_against_wall_time_when_the_log_has_it() -> None:
+    epochs = [
+        {"step": 5, "train_loss": 1e-2, "val_loss": 8e-3, "elapsed": 1.5},
+        {"step": 10, "train_loss": 4e-3, "val_loss": 5e-3, "elapsed": 3.0},
+    ]
+    figure = drawn(training_curves_figure([5, 10], [1e-2, 4e-3], epochs))
+    assert len(figure.axes) == 2
+    wall = figure.axes[1]
+    assert wall.get_xlabel().startswith("wall-clock time")
+    (line,) = wall.get_lines()
+    assert list(line.get_xdata()) == [1.5, 3.0] and list(line.get_ydata()) == [8e-3, 5e-3]
+    untimed = [{k: v for k, v in r.items() if k != "elapsed"} for r in epochs]
+    assert len(drawn(training_curves_figure([5, 10], [1e-2, 4e-3], untimed)).axes) == 1
+
+
 def test_tuning_history_has_integer_trial_ticks(tmp_path: Path) -> None:
     import warnings
 

@@ -77,6 +77,21 @@ def test_fno_commutes_with_periodic_shifts() -> None:
     torch.testing.assert_close(shifted, torch.roll(model(ModelInput(frames=frames)).frames, 5, dims=-1))
 
 
+@pytest.mark.parametrize("spatial", [(32,), (12, 10)])
+def test_fno_with_coordinates_reads_where_it_is(spatial: tuple[int, ...]) -> None:
+    config = FNOConfig(width=8, modes=4, layers=2, projection=16, residual=False, coordinates=True)
+    torch.manual_seed(0)
+    model = build_model(config, ModelShape(channels=1, history=1, horizon=1, spatial_dims=len(spatial)))
+    assert model.lift.weight.shape[1] == 1 + len(spatial)  # the field and one coordinate per axis
+    frames = torch.randn(2, 1, 1, *spatial, dtype=torch.float32, requires_grad=True)
+    output = model(ModelInput(frames=frames)).frames
+    output.sum().backward()
+    assert output.shape == frames.shape and torch.isfinite(frames.grad).all()
+    # Unlike the plain FNO (test above), a shifted input no longer gives the shifted output.
+    shifted = model(ModelInput(frames=torch.roll(frames, 5, dims=-1))).frames
+    assert not torch.allclose(shifted, torch.roll(output, 5, dims=-1), atol=1e-4)
+
+
 def test_wrong_input_shapes_name_the_fix() -> None:
     model = make("fno", ModelShape(channels=1, history=2, horizon=1))
     with pytest.raises(ValueError, match=r"history=2.*frames\[None\]"):

@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--splits",
         default="0.8,0.1,0.1",
         metavar="TRAIN,VAL,TEST",
-        help="fractions of the file's samples per split, contiguous in file order (default 0.8,0.1,0.1)",
+        help="fractions (0.8,0.1,0.1, the default) or counts (1000,100,200) of the file's samples per "
+        "split, contiguous in file order",
     )
     convert.add_argument("--shard-size", type=int, default=256, help="samples per shard (default 256)")
     convert.set_defaults(handler=run_convert)
@@ -166,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = verbs.add_parser("evaluate", help="score a run on the test split; writes RUN/eval/")
     evaluate.add_argument("run", help="run folder (from `dynaforge train`)")
+    evaluate.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="evaluate.key=value",
+        help="overrides of the run's evaluate section, e.g. evaluate.checkpoint=last evaluate.rollout_frames=50",
+    )
     evaluate.add_argument(
         "--data",
         default=None,

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from dynaforge.cli.threads import torch_threads
-from dynaforge.config import ConfigError, load_config
+from dynaforge.config import ConfigError, EvaluateConfig, load_config
 
 
 def run_twophase_train(args: argparse.Namespace) -> int:
@@ -225,10 +225,23 @@ def run_train_stages(args: argparse.Namespace, stage: str) -> int:
 def run_evaluate(args: argparse.Namespace) -> int:
     from dynaforge.evaluate import evaluate
 
-    result = evaluate(args.run, args.data, checkpoint=args.checkpoint)
+    config = evaluate_settings(args.run, args.overrides) if args.overrides else None
+    result = evaluate(args.run, args.data, config=config, checkpoint=args.checkpoint)
     print_evaluation(result.metrics)
     print(f"report: {result.report}")
     return 0
+
+
+def evaluate_settings(run: str, overrides: list[str]) -> EvaluateConfig:
+    """The run's evaluate section (RUN/config.yaml, or the defaults) with `evaluate.KEY=VALUE` overrides."""
+    for item in overrides:
+        if not item.startswith("evaluate."):
+            raise ConfigError(
+                f"{item}: `dynaforge evaluate` takes overrides of the evaluate section only "
+                "(evaluate.KEY=VALUE, e.g. evaluate.checkpoint=last); the rest of the config is the trained run's"
+            )
+    saved = Path(run) / "config.yaml"
+    return load_config(saved if saved.is_file() else None, overrides).evaluate
 
 
 def run_run(args: argparse.Namespace) -> int:

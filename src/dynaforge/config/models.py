@@ -34,6 +34,9 @@ class FNOConfig(ModelConfig):
     """Spectral blocks."""
     projection: int = checked(64, check=AT_LEAST_ONE)
     """Hidden channels of the output projection."""
+    coordinates: bool = False
+    """Also feed the grid coordinates (x / L in [0, 1) per axis, left end included) as input channels, as Li
+    et al.'s model does; off, the operator commutes with periodic translations, as the PDEs it learns do."""
     spectral_transform: Literal["auto", "fft", "dft"] = "auto"
     """How spectral convolutions reach the kept modes: `fft` (rfft, gather, scatter, irfft), `dft` (matrix
     products with truncated DFT matrices: same result to float rounding, faster when few modes are kept), or

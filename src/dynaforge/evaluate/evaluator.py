@@ -525,7 +525,8 @@ def training_summary(folder: RunFolder) -> dict[str, Any]:
         "steps": epochs[-1]["step"],
         "final_train_loss": epochs[-1]["train_loss"],
         "best_val_loss": min(r["val_loss"] for r in epochs),
-        "training_seconds": round(sum(r["epoch_time"] for r in epochs), 1),
+        # `elapsed` counts validation and checkpoints too, across resumes; logs before it had epoch times
+        "training_seconds": round(epochs[-1].get("elapsed") or sum(r["epoch_time"] for r in epochs), 1),
     }
 
 

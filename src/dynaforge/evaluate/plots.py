@@ -254,9 +254,13 @@ def training_curves_figure(
     steps: Sequence[int], losses: Sequence[float], epochs: Sequence[Mapping[str, Any]]
 ) -> Figure:
     """The training loss of each logged window of optimizer steps (`steps`, `losses`) and, per epoch (at
-    its last step), the mean training loss and the validation loss; log y."""
-    figure = Figure(figsize=(7, 4), layout="constrained")
-    axes = figure.add_subplot()
+    its last step), the mean training loss and the validation loss; log y. Beside it, when the epochs record
+    their `elapsed` seconds, the validation loss against wall time."""
+    timed = bool(epochs) and all(r.get("elapsed") is not None and r.get("val_loss") for r in epochs)
+    figure = Figure(figsize=(11 if timed else 7, 4), layout="constrained")
+    axes = figure.add_subplot(1, 2, 1) if timed else figure.add_subplot()
+    if timed:
+        wall_time_axes(figure.add_subplot(1, 2, 2), epochs)
     if len(steps):
         axes.plot(
             steps, losses, color="tab:blue", alpha=0.45, linewidth=1, label="training loss, per logged window"
@@ -277,6 +281,23 @@ def training_curves_figure(
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=9)
     return figure
+
+
+def wall_time_axes(axes: Axes, epochs: Sequence[Mapping[str, Any]]) -> None:
+    """Validation loss at the end of each epoch against the seconds the run had trained by then."""
+    axes.plot(
+        [r["elapsed"] for r in epochs],
+        [r["val_loss"] for r in epochs],
+        color="tab:orange",
+        marker="o",
+        markersize=4,
+    )
+    if all(r["val_loss"] > 0 for r in epochs):
+        axes.set_yscale("log")
+    axes.set_xlabel("wall-clock time trained (s)")
+    axes.set_ylabel("validation loss (normalised fields)")
+    axes.set_title("Validation loss against wall time")
+    axes.grid(True, which="both", alpha=0.3)
 
 
 def training_curves_png(

@@ -1,8 +1,9 @@
 """Fourier neural operator (Li et al., "Fourier Neural Operator for Parametric PDEs", ICLR 2021).
 
 lift (pointwise) -> `layers` blocks of [spectral convolution + pointwise convolution, GELU] -> project
-(pointwise, GELU, pointwise). No grid coordinates are appended: on a periodic domain the operator then
-commutes with translations, as the PDEs it learns do.
+(pointwise, GELU, pointwise). Grid coordinates are appended to the input channels only with
+`model.coordinates` (Li et al.'s model reads them): without them, on a periodic domain, the operator commutes
+with translations, as the PDEs it learns do.
 
 Layout: the hidden fields are kept channels last, (batch, *space, width), so that every pointwise layer is
 one matrix product over all points (`torch.nn.functional.linear`) instead of a 1x1 convolution, which
@@ -13,6 +14,7 @@ initialisation) of the 1x1 convolutions they replace, so checkpoints are unchang
 
 from __future__ import annotations
 
+import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
@@ -87,7 +89,8 @@ class FNO(nn.Module):
         self.config, self.shape = config, shape
         dims = shape.spatial_dims
         modes = (config.modes,) * dims
-        self.lift = pointwise(shape.in_channels, config.width, dims)
+        extra = dims if config.coordinates else 0
+        self.lift = pointwise(shape.in_channels + extra, config.width, dims)
         self.blocks = nn.ModuleList(
             FNOBlock(
                 config.width,
@@ -113,7 +116,18 @@ class FNO(nn.Module):
 
     def network(self, stacked: Tensor) -> Tensor:
         """Stacked frames (B, history * C, *space) -> stacked update (B, horizon * C, *space)."""
-        hidden = self.lift(channels_first_to_last(stacked))  # (B, *space, width)
+        fields = channels_first_to_last(stacked)  # (B, *space, C)
+        if self.config.coordinates:
+            fields = torch.cat([fields, grid_coordinates(fields)], dim=-1)
+        hidden = self.lift(fields)  # (B, *space, width)
         for block in self.blocks:
             hidden = block(hidden)
         return channels_last_to_first(self.project(hidden))
+
+
+def grid_coordinates(fields: Float[Tensor, "batch *space channels"]) -> Float[Tensor, "batch *space dims"]:
+    """x / L = i / n on every axis of a channels-last batch (left end included), one channel per axis."""
+    space = fields.shape[1:-1]
+    axes = [torch.arange(n, dtype=fields.dtype, device=fields.device) / n for n in space]
+    grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)  # (*space, dims)
+    return grid.expand(fields.shape[0], *grid.shape)

@@ -7,7 +7,8 @@ statistics into a folder of the store format. Both go through the functions belo
 one and evaluated on the other gets the same numbers.
 
 Splits are contiguous runs of samples in file order, sized by fractions (train, val, test), default
-(0.8, 0.1, 0.1): n_test and n_val are rounded down and train takes the rest. Where the test run sits
+(0.8, 0.1, 0.1): n_test and n_val are rounded down and train takes the rest; or by counts (1000, 100, 200),
+which leave the samples beyond their sum unused (between train and the others). Where the test run sits
 follows the source benchmark's loader (`ForeignLayout.test_first`): PDEBench `tensor`/`cfd` files test on
 their first samples (then val, then train), PDEBench per-sample-group files and The Well files on their
 last (train, then val, then test). Normalisation statistics come from the train split only, accumulated in
@@ -40,18 +41,29 @@ STATS_CHUNK = 64
 
 
 def parse_fractions(text: str) -> tuple[float, float, float]:
-    """`0.8,0.1,0.1` -> (0.8, 0.1, 0.1): train, val, test shares, each >= 0, summing to 1."""
+    """`0.8,0.1,0.1` -> (0.8, 0.1, 0.1): train, val, test shares, each >= 0, summing to 1; or counts
+    `1000,100,200` -> (1000, 100, 200): whole numbers of samples (see `split_ranges`)."""
     try:
         values = tuple(float(v) for v in text.split(","))
     except ValueError:
         values = ()
     if len(values) != 3:
-        raise DatasetError(f"--splits takes three fractions TRAIN,VAL,TEST such as 0.8,0.1,0.1; got {text!r}")
+        raise DatasetError(
+            f"--splits takes three fractions TRAIN,VAL,TEST such as 0.8,0.1,0.1 or three counts such as "
+            f"1000,100,200; got {text!r}"
+        )
     return check_fractions(values)
+
+
+def are_counts(splits: Sequence[float]) -> bool:
+    """Split sizes given as sample counts (whole numbers, not all of them 0 or 1) rather than fractions."""
+    return all(float(v).is_integer() for v in splits) and sum(splits) > 1
 
 
 def check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
     train, val, test = (float(f) for f in fractions)
+    if are_counts((train, val, test)) and min(train, val, test) >= 0:
+        return train, val, test
     if min(train, val, test) < 0 or abs(train + val + test - 1) > 1e-9:
         raise DatasetError(
             f"split fractions (train, val, test) must be >= 0 and sum to 1, got {(train, val, test)}"
@@ -61,7 +73,9 @@ def check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
 
 def split_ranges(n: int, fractions: Sequence[float], test_first: bool) -> dict[str, tuple[int, int]]:
     """Split -> [start, stop) sample range of a file of `n` samples (see the module docstring)."""
-    _, val, test = check_fractions(fractions)
+    train, val, test = check_fractions(fractions)
+    if are_counts(fractions):
+        return count_ranges(n, int(train), int(val), int(test), test_first)
     n_val = int(n * val)
     if test_first:  # PDEBench FNODatasetSingle: data[:int(N * test_ratio)] is the test set
         n_test = int(n * test)
@@ -69,6 +83,17 @@ def split_ranges(n: int, fractions: Sequence[float], test_first: bool) -> dict[s
     test_start = int(n * (1 - test))  # PDEBench FNODatasetMult: keys[int(N * (1 - test_ratio)):]
     val_start = max(test_start - n_val, 0)
     return {"train": (0, val_start), "val": (val_start, test_start), "test": (test_start, n)}
+
+
+def count_ranges(n: int, train: int, val: int, test: int, test_first: bool) -> dict[str, tuple[int, int]]:
+    """Split ranges of given sizes, in the order of the source's loader (test first or last)."""
+    if train + val + test > n:
+        raise DatasetError(
+            f"--splits {train},{val},{test} asks for {train + val + test} samples; the file has {n}"
+        )
+    if test_first:
+        return {"train": (test + val, test + val + train), "val": (test, test + val), "test": (0, test)}
+    return {"train": (0, train), "val": (n - test - val, n - test), "test": (n - test, n)}
 
 
 def detect_format(h5: h5py.File) -> str:

@@ -7,11 +7,14 @@ validate, schedule, log, checkpoint. Everything else is set-up. What one step co
 callbacks. A step whose loss or gradient norm is not finite is skipped on the device and counted; losses
 and gradient norms are read back once per logging window and once per epoch, never in the step. A resumed
 run ends with the weights of one that was never interrupted, bit for bit (at the same torch thread count).
+With `train.time_budget` the number of epochs is planned once, before the first step (`plan_budget`), and
+kept in checkpoints: a resumed budget run is a run of that many epochs like any other.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import math
 import shutil
@@ -58,7 +61,7 @@ from dynaforge.train.log import RunLog, TrainingDiverged, WindowMeter, environme
 from dynaforge.train.optim import build_optimizer, step_unless
 from dynaforge.train.precision import Precision
 from dynaforge.train.profile import StepProfiler
-from dynaforge.train.schedule import build_scheduler
+from dynaforge.train.schedule import build_scheduler, epochs_in_budget
 from dynaforge.train.setup import (
     StopRequest,
     check_determinism_environment,
@@ -73,6 +76,12 @@ from dynaforge.train.setup import (
 from dynaforge.train.task import EngineContext, EpochCallback, StepLoss, Task
 
 log = logging.getLogger(__name__)
+
+
+PROBE_MICRO_BATCHES = 6
+"""Micro-batches a time budget's plan times (the first is not counted: it pays for warm-up)."""
+OVERRUN = 1.25
+"""A time-budget run that has spent this multiple of its budget with epochs still planned ends there."""
 
 
 class TrainSummary(NamedTuple):
@@ -188,11 +197,13 @@ class Engine:
         self.current_epoch = 0
         self.train_loss = math.nan
         self.compiled = False
+        self.started = time.perf_counter()
+        self.elapsed_before = 0.0  # seconds of training before this process (restored on resume)
 
     # ---- the loop ---------------------------------------------------------------------------------
 
     def fit(self) -> TrainSummary:
-        started = time.perf_counter()
+        started = self.started = time.perf_counter()
         with self.run_settings():
             self.begin()
             for epoch in range(self.epoch, self.epoch_count):
@@ -210,9 +221,11 @@ class Engine:
                 self.val_loss = self.validate()
                 self.schedule_epoch(self.val_loss)
                 self.log_epoch(epoch, time.perf_counter() - epoch_started)
+                self.end_if_out_of_time(epoch)
                 self.save_checkpoints(epochs_done=epoch + 1)
-                if epoch + 1 < self.epoch_count:
-                    self.stop.stop_if_asked(self.run.last, self.step)
+                if epoch + 1 == self.epoch_count:
+                    break  # the last epoch (a time budget may have moved it forward)
+                self.stop.stop_if_asked(self.run.last, self.step)
         return TrainSummary(
             run=self.run.root,
             epochs=self.epoch_count,
@@ -395,6 +408,8 @@ class Engine:
             return  # a finished run: nothing to compile, log or profile
         if self.settings.compile.enabled:
             self.compile_with_fallback()
+        if self.settings.time_budget is not None and self.resume_from is None:
+            self.plan_budget(self.settings.time_budget)
         wandb_key = f"{self.settings_key}.wandb"
         self.records.open_wandb(self.settings.wandb, self.run.root, config_to_dict(self.config), wandb_key)
         if self.cluster.main and self.profile_steps > 0:
@@ -414,6 +429,93 @@ class Engine:
         compiled = compiled_or_eager(lambda: self.task.compiled(self.step_model), self.model, self.settings)
         if compiled is not None:
             self.step_model, self.compiled = compiled, True
+
+    def plan_budget(self, budget: float) -> None:
+        """`train.time_budget` as a whole number of epochs (`schedule.epochs_in_budget`), timed by
+        `time_an_epoch`, with the schedule laid over them; logged as a `budget` record."""
+        micro_batch, validation, checkpoints = self.time_an_epoch()
+        micro_batches = self.task.micro_batches(0)
+        self.epoch_count = epochs_in_budget(
+            budget - self.elapsed(), micro_batches, micro_batch, validation + checkpoints
+        )
+        steps = self.epoch_count * math.ceil(micro_batches / self.settings.accumulate)
+        self.scheduler.respan(steps if self.settings.schedule.interval == "step" else self.epoch_count)
+        plan = {
+            "epochs": self.epoch_count,
+            "micro_batch_seconds": micro_batch,
+            "validation_seconds": validation,
+            "checkpoint_seconds": checkpoints,
+        }
+        self.records.write({"kind": "budget", "budget": budget, "elapsed": self.elapsed(), **plan})
+        log.info(
+            "time budget %.0f s: %d epochs (%.3g s per micro-batch, %.3g s per validation and checkpoints)",
+            budget,
+            self.epoch_count,
+            micro_batch,
+            validation + checkpoints,
+        )
+
+    def time_an_epoch(self) -> tuple[float, float, float]:
+        """Seconds of a micro-batch's step (the median of a few, after one that warms up), of a validation
+        and of an epoch's checkpoint files, averaged over the processes; then every trace of the timed steps
+        is undone (weights, optimiser, schedule, EMA, generators, meters)."""
+        saved, generators = copy.deepcopy(trained_state(self.trained())), rng_state()
+        self.model.train()
+        self.current_epoch = 0
+        probe = min(PROBE_MICRO_BATCHES, self.task.micro_batches(0))
+        steps = []
+        for index, batch in zip(range(probe), self.task.epoch_batches(0, 0), strict=False):
+            began = time.perf_counter()
+            self.batches_done = index + 1
+            self.micro_step(batch)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            steps.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        self.validate()
+        validation = time.perf_counter() - began
+        checkpoints = 0.0
+        if self.cluster.main:  # last.pt, best.pt when improved, and a kept snapshot (only rank 0 writes)
+            began, probe_file = time.perf_counter(), self.run.last.with_name("budget-probe.pt")
+            save_checkpoint(probe_file, saved)
+            files = 2 + (self.settings.keep_every > 0)
+            checkpoints = (time.perf_counter() - began) * files * self.cluster.world_size
+            probe_file.unlink()
+        timed = sorted(steps[1:] or steps)
+        measured = torch.tensor(
+            [timed[len(timed) // 2], validation, checkpoints], dtype=torch.float64, device=self.device
+        )
+        load_trained_state(self.trained(), saved)
+        restore_rng_state(generators)
+        self.free_gradients()
+        self.batches_done, self.step_samples, self.val_details = 0, 0, {}
+        self.meter.reset()
+        self.meter.epoch.zero_()
+        micro_batch, validation, checkpoints = (
+            sum_across_ranks(measured, self.cluster) / self.cluster.world_size
+        ).tolist()
+        return micro_batch, validation, checkpoints
+
+    def end_if_out_of_time(self, epoch: int) -> None:
+        """A time budget's safety net: when a slowed-down machine has spent `OVERRUN` times the budget with
+        epochs still planned, this epoch becomes the last (its checkpoint then says the run is complete). A
+        plan that misses by less runs to its end, so that the schedule does."""
+        budget = self.settings.time_budget
+        if budget is None or epoch + 1 >= self.epoch_count or self.elapsed() < OVERRUN * budget:
+            return
+        log.warning(
+            "%.0f s spent of a time budget of %.0f s after epoch %d of the %d planned; training ends here, "
+            "its schedule cut short",
+            self.elapsed(),
+            budget,
+            epoch + 1,
+            self.epoch_count,
+        )
+        self.epoch_count = epoch + 1
+
+    def elapsed(self) -> float:
+        """Seconds this run has trained, over every process that worked on it (resumes included)."""
+        return self.elapsed_before + time.perf_counter() - self.started
 
     def prepare_run_folder(self) -> None:
         """Start a fresh run: an empty run folder with the config, the log begun with its header."""
@@ -457,6 +559,8 @@ class Engine:
         self.best_val_loss = float(state["best_val_loss"])
         self.val_loss = float(state["val_loss"])
         self.skipped_steps = int(state["skipped_steps"])
+        self.elapsed_before = float(state.get("elapsed", 0.0))
+        self.epoch_count = int(state.get("budget_epochs", self.epoch_count))
         self.meter.epoch.copy_(torch.tensor(state["epoch_loss"], dtype=torch.float64))
         if state["complete"]:
             log.info("%s has finished training; nothing to resume", self.run.root)
@@ -502,6 +606,7 @@ class Engine:
             )
             self.bar.set_postfix(loss=f"{summary['loss']:.3e}", lr=f"{lr:.2e}", **rates)
         record = {"kind": "train", "epoch": epoch + 1, "step": self.step, "lr": lr, **summary, **data}
+        record["elapsed"] = self.elapsed()
         self.records.window(record, self.settings_key, self.settings.max_bad_steps)
 
     def log_epoch(self, epoch: int, seconds: float) -> None:
@@ -518,6 +623,7 @@ class Engine:
             "lr": float(self.optimizer.param_groups[0]["lr"]),
             "skipped_steps": self.skipped_steps,
             "epoch_time": seconds,
+            "elapsed": self.elapsed(),
         }
         self.records.write(record)
         log.info(
@@ -555,6 +661,9 @@ class Engine:
             if improved:
                 save_checkpoint(self.run.best, state)
             save_checkpoint(self.run.last, state)
+            keep = self.settings.keep_every
+            if at_epoch_end and keep and epochs_done % keep == 0:
+                save_checkpoint(self.run.last.with_name(f"epoch-{epochs_done}.pt"), state)
             if at_epoch_end:
                 aliases = ["latest", f"epoch-{epochs_done}"] + (["best"] if improved else [])
                 metadata = {"epoch": epochs_done, "step": self.step, "val_loss": self.val_loss}
@@ -596,7 +705,10 @@ class Engine:
             "config": config_to_dict(self.config),
             "world_size": self.cluster.world_size,
             "torch_threads": torch.get_num_threads(),
+            "elapsed": self.elapsed(),
         }
+        if self.settings.time_budget is not None:
+            state["budget_epochs"] = self.epoch_count
         if self.task.kind is not None:
             state["kind"] = self.task.kind
         state.update(self.task.checkpoint_extras())

@@ -49,6 +49,21 @@ def schedule_intervals(config: ScheduleConfig, epochs: int, steps_per_epoch: int
     return epochs * steps_per_epoch if config.interval == "step" else epochs
 
 
+def epochs_in_budget(
+    seconds_left: float, micro_batches: int, micro_batch_seconds: float, validation_seconds: float
+) -> int:
+    """Whole epochs of `micro_batches` steps and one validation each that fit in `seconds_left` (at least 1).
+
+    `train.time_budget` becomes this count once, before the first step (`Engine.plan_budget`), and from then
+    on the run is a run of that many epochs: the schedule spans them, and a resumed run reads the count
+    back from its checkpoint instead of timing again, which keeps resumption exact.
+    """
+    epoch_seconds = micro_batches * micro_batch_seconds + validation_seconds
+    if epoch_seconds <= 0 or not math.isfinite(epoch_seconds):
+        return 1
+    return max(1, math.floor(seconds_left / epoch_seconds))
+
+
 class Schedule(torch.optim.lr_scheduler.LRScheduler):
     """Warmup then `config.name`, over `total` intervals; `step()` once per interval.
 
@@ -100,6 +115,11 @@ class Schedule(torch.optim.lr_scheduler.LRScheduler):
             self.plateau_scale = max(self.plateau_scale * self.factor, self.min_lr_ratio)
             self.bad_epochs = 0
             self.apply_current_lr()
+
+    def respan(self, total: int) -> None:
+        """Lay the schedule over `total` intervals instead (before the first step: a time budget's plan)."""
+        self.total = total
+        self.apply_current_lr()
 
     def apply_current_lr(self) -> None:
         factor = self.factor_at(self.last_epoch)

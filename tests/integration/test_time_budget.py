@@ -1,0 +1,83 @@
+"""Training to a wall-clock budget (`train.time_budget`), kept snapshots (`train.keep_every`) and the elapsed
+time in metrics.jsonl, on the tiny Burgers dataset."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from dynaforge.config import load_config
+from dynaforge.runs import load_checkpoint
+from dynaforge.train import train
+from dynaforge.train.log import read_metrics
+from tests.conftest import CONFIGS
+
+TINY = CONFIGS / "tiny.yaml"
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+BUDGET = ["train.time_budget=2", "train.keep_every=1"]
+
+
+@pytest.fixture(scope="module")
+def budget_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("budget") / "run"
+    torch.set_num_threads(1)  # the module-scoped fixture runs before the `one_thread` fixture
+    train(load_config(TINY, BUDGET), tiny_data, run, progress=False)
+    return run
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path)["model"]
+
+
+def test_a_budget_becomes_whole_epochs_and_the_schedule_spans_them(budget_run: Path) -> None:
+    records = read_metrics(budget_run / "metrics.jsonl")
+    (plan,) = [r for r in records if r["kind"] == "budget"]
+    epochs = [r for r in records if r["kind"] == "epoch"]
+    assert plan["epochs"] == len(epochs) >= 2
+    assert plan["micro_batch_seconds"] > 0 and plan["validation_seconds"] > 0
+    # Cosine to min_lr_ratio 0 over the planned steps: the last step's lr is the last value before zero.
+    windows = [r for r in records if r["kind"] == "train"]
+    assert windows[-1]["lr"] < 0.01 * max(w["lr"] for w in windows)
+    elapsed = [r["elapsed"] for r in epochs]
+    assert elapsed == sorted(elapsed) and elapsed[0] > 0
+    state = load_checkpoint(budget_run / "checkpoints" / "last.pt")
+    assert state["complete"] and state["budget_epochs"] == len(epochs)
+    kept = sorted((budget_run / "checkpoints").glob("epoch-*.pt"))
+    assert len(kept) == len(epochs)
+
+
+def test_the_plan_leaves_no_trace_a_run_of_that_many_epochs_has_the_same_weights(
+    budget_run: Path, tiny_data: Path, tmp_path: Path
+) -> None:
+    epochs = load_checkpoint(budget_run / "checkpoints" / "last.pt")["budget_epochs"]
+    plain = tmp_path / "plain"
+    train(load_config(TINY, [f"train.epochs={epochs}"]), tiny_data, plain, progress=False)
+    expected = weights(plain / "checkpoints" / "last.pt")
+    for name, value in weights(budget_run / "checkpoints" / "last.pt").items():
+        assert torch.equal(value, expected[name]), name
+
+
+def test_a_budget_run_resumed_from_its_first_epoch_ends_with_the_same_weights(
+    budget_run: Path, tiny_data: Path, tmp_path: Path
+) -> None:
+    # An interruption after epoch 1: the run folder as it was then (its kept snapshot as last.pt).
+    killed = tmp_path / "killed"
+    shutil.copytree(budget_run, killed)
+    for kept in (killed / "checkpoints").glob("*.pt"):
+        if kept.name != "epoch-1.pt":
+            kept.unlink()
+    (killed / "checkpoints" / "epoch-1.pt").rename(killed / "checkpoints" / "last.pt")
+    first = load_checkpoint(killed / "checkpoints" / "last.pt")
+    train(load_config(TINY, BUDGET), tiny_data, killed, progress=False, resume=True)
+    expected = weights(budget_run / "checkpoints" / "last.pt")
+    for name, value in weights(killed / "checkpoints" / "last.pt").items():
+        assert torch.equal(value, expected[name]), name
+    records = read_metrics(killed / "metrics.jsonl")
+    assert len([r for r in records if r["kind"] == "budget"]) == 1  # planned once, not again on resume
+    after = [r for r in records if r["kind"] == "epoch" and r["epoch"] > 1]
+    assert after and min(r["elapsed"] for r in after) > first["elapsed"]  # the clock carries on
