@@ -109,6 +109,16 @@ allocator recycles them; blocks run side by side on the allowed threads. The siz
 so a sample's numbers never depend on the batch (`systems/batching.py`). Measured in docs/reproducibility.md."""
 
 
+FFT_SAMPLE_GROUP = 8
+"""On grids of more than one axis, blocks hold a multiple of this many samples: MKL vectorises the strided
+transforms along the non-last axes across the batch, and an odd sample count sends a sample through a
+remainder path that rounds differently. Measured on an AVX-512 Xeon without AMX (torch 2.13, 2026-11-26): a
+64 x 64 or 128 x 128 Navier-Stokes sample stepped alone or in a batch of 3 or 5 differed in the last bits
+from the same sample in a batch of 2, 4, 8 or 16, which all agreed; 8 covers that pairing with room for
+wider groups, and keeps a 128 x 128 block at its 8 samples (16 cost ~20% of the step there).
+`tests/integration/test_reproducibility.py` checks it at 64 x 64 on the machine it runs on."""
+
+
 class SpectralSystem:
     """A batched pseudo-spectral solver for u_t = L u + N(u); see the module docstring for conventions.
 
@@ -296,8 +306,11 @@ class SpectralSystem:
     def lane_rows(self) -> int:
         """Blocks hold a multiple of this many samples. Every per-sample tensor of a step (fields, spectra,
         the 2/3 band, products) spans all axes but the last whole, so its size is a multiple of their
-        product: 16 samples in 1D, 1 on a 128 x 128 grid (`rows_for_lanes`)."""
-        return rows_for_lanes(math.prod(self.shape[:-1]))
+        product: elementwise kernels need 16 samples in 1D, 1 on a 128 x 128 grid (`rows_for_lanes`). On
+        a grid of more than one axis the transforms along the other axes need whole groups of samples too
+        (`FFT_SAMPLE_GROUP`)."""
+        lanes = rows_for_lanes(math.prod(self.shape[:-1]))
+        return math.lcm(lanes, FFT_SAMPLE_GROUP) if self.ndim > 1 else lanes
 
     def block_samples(self) -> int:
         """Samples per block of a rollout (from the grid alone; see `BLOCK_VALUES`)."""
