@@ -109,14 +109,16 @@ allocator recycles them; blocks run side by side on the allowed threads. The siz
 so a sample's numbers never depend on the batch (`systems/batching.py`). Measured in docs/reproducibility.md."""
 
 
-FFT_SAMPLE_GROUP = 8
-"""On grids of more than one axis, blocks hold a multiple of this many samples: MKL vectorises the strided
-transforms along the non-last axes across the batch, and an odd sample count sends a sample through a
-remainder path that rounds differently. Measured on an AVX-512 Xeon without AMX (torch 2.13, 2026-11-26): a
-64 x 64 or 128 x 128 Navier-Stokes sample stepped alone or in a batch of 3 or 5 differed in the last bits
-from the same sample in a batch of 2, 4, 8 or 16, which all agreed; 8 covers that pairing with room for
-wider groups, and keeps a 128 x 128 block at its 8 samples (16 cost ~20% of the step there).
-`tests/integration/test_reproducibility.py` checks it at 64 x 64 on the machine it runs on."""
+FFT_TRANSFORM_GROUP = 4
+"""On grids of more than one axis, a block's samples x channels is a multiple of this: MKL vectorises the
+strided transforms along the non-last axes across the batch, and an odd count of transforms sends one
+through a remainder path that rounds differently. Measured on an AVX-512 Xeon without AMX (torch 2.13,
+2026-11-26): a one-channel 64 x 64 or 128 x 128 sample stepped alone or in a batch of 3 or 5 differed in the
+last bits from the same sample in a batch of 2, 4, 8 or 16, which all agreed, and two-channel batches of
+any size agreed. 4 covers that pairing with a margin for CPUs that group wider, at a cost only where a block
+held fewer transforms (Navier-Stokes 256^2: 2 -> 4 samples per block, about 20% of its step, measured beside
+other jobs; 8 would cost ~50% there). `tests/integration/test_reproducibility.py` checks it at 64 x 64 on
+the machine it runs on."""
 
 
 class SpectralSystem:
@@ -308,9 +310,11 @@ class SpectralSystem:
         the 2/3 band, products) spans all axes but the last whole, so its size is a multiple of their
         product: elementwise kernels need 16 samples in 1D, 1 on a 128 x 128 grid (`rows_for_lanes`). On
         a grid of more than one axis the transforms along the other axes need whole groups of samples too
-        (`FFT_SAMPLE_GROUP`)."""
+        (`FFT_TRANSFORM_GROUP` transforms of a sample's channels)."""
         lanes = rows_for_lanes(math.prod(self.shape[:-1]))
-        return math.lcm(lanes, FFT_SAMPLE_GROUP) if self.ndim > 1 else lanes
+        if self.ndim == 1:
+            return lanes
+        return math.lcm(lanes, FFT_TRANSFORM_GROUP // math.gcd(FFT_TRANSFORM_GROUP, self.channels))
 
     def block_samples(self) -> int:
         """Samples per block of a rollout (from the grid alone; see `BLOCK_VALUES`)."""
