@@ -481,15 +481,45 @@ def main(argv: list[str] | None = None) -> int:
         help="abandon runs longer than this (leapfrog modes: 40,000)",
     )
     parser.add_argument("--out", default=str(RESULTS), help="results JSON")
+    parser.add_argument(
+        "--cases",
+        default=None,
+        help="comma-separated system names to run (default: all); with --append the records of the other "
+        "systems already in --out are kept, so a long run can be split into pieces that each hold the "
+        "machine for a few minutes",
+    )
+    parser.add_argument("--targets", default=None, help="comma-separated targets to run (default: 1e-4,1e-8)")
+    parser.add_argument("--append", action="store_true", help="merge into --out instead of replacing it")
+    parser.add_argument(
+        "--throughput", choices=["yes", "no", "only"], default="yes", help="the throughput rows"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     max_steps = 50_000 if args.quick else args.max_steps
+    targets = [float(t) for t in args.targets.split(",")] if args.targets else list(TARGETS)
+    chosen = [
+        c
+        for c in cases(args.quick, args.jupiter_orbits)
+        if args.cases is None or c.name in args.cases.split(",")
+    ]
+    if args.throughput == "only":
+        chosen = []
     records: list[dict] = []
+    if args.append and Path(args.out).exists():
+        import json  # lazy: only --append reads an earlier JSON
+
+        ran = {c.name for c in chosen}
+        records = [
+            r
+            for r in json.loads(Path(args.out).read_text())
+            if not (r["case"].split(":")[0] in ran and any(r["case"].endswith(f"<= {t:g}") for t in targets))
+            and not (args.throughput != "no" and r["case"].startswith("throughput"))
+        ]
     machine = machine_name()
     with tempfile.TemporaryDirectory() as tmp:
         learned: dict[str, LearnedStep] = {}
         training: dict[str, str] = {}
-        for scheme in LEARNED_SCHEMES:
+        for scheme in LEARNED_SCHEMES if chosen else ():
             model = getattr(args, f"model_{scheme}")
             if model is None:
                 seconds = train_controller_here(scheme, args.quick, Path(tmp) / scheme)
@@ -501,10 +531,13 @@ def main(argv: list[str] | None = None) -> int:
                     f", trained in {given:.0f} s on one thread" if given else ""
                 )
             learned[scheme] = load_learned_controller(model)
-        for case in cases(args.quick, args.jupiter_orbits):
-            for target in TARGETS:
+        for case in chosen:
+            for target in targets:
                 records += benchmark_case(case, target, learned, training, max_steps, machine)
                 atomic_write_json(args.out, records)  # partial results survive an interrupted run
+        if args.throughput == "no":
+            atomic_write_json(args.out, records)
+            return 0
         systems, steps = (64, 20) if args.quick else (1024, 100)
         sequential_systems = 16 if args.quick else 64
         batched, sequential, reb = throughput(systems, 16, steps, sequential_systems)
@@ -623,8 +656,11 @@ def benchmark_case(
     seconds = time.perf_counter() - started
     measured_mine = {k: v for k, v in mine.items() if v.evaluations}
     measured_theirs = {k: v for k, v in theirs.items() if v.evaluations}
-    best_mine = min(measured_mine, key=lambda k: measured_mine[k].evaluations)
-    best_theirs = min(measured_theirs, key=lambda k: measured_theirs[k].evaluations)
+    nothing = Best(None, None, None, 0, None, "no integrator met the target within the step cap")
+    best_mine = min(measured_mine, key=lambda k: measured_mine[k].evaluations) if measured_mine else "none"
+    best_theirs = (
+        min(measured_theirs, key=lambda k: measured_theirs[k].evaluations) if measured_theirs else "none"
+    )
     head = f"{case.name}: force evaluations at max|dE/E| <= {target:g}"
     common = (
         f"{case.description}; every integrator's knob tuned by the same search to its cheapest measured run with "
@@ -641,7 +677,7 @@ def benchmark_case(
         )
 
     records = []
-    ref = mine[best_mine]
+    ref = mine.get(best_mine, nothing)
     for label, best in theirs.items():
         knob_name = "epsilon" if "IAS15" in label else "dt"
         records.append(
@@ -651,12 +687,12 @@ def benchmark_case(
                 "metric": "force evaluations",
                 "dynaforge": ref.evaluations,
                 "baseline_value": best.evaluations,
-                "ratio": best.evaluations / ref.evaluations if best.evaluations else None,
+                "ratio": best.evaluations / ref.evaluations if best.evaluations and ref.evaluations else None,
                 "notes": f"dynaforge's best mode: {best_mine} ({describe(ref, 'knob')}); {label}: "
                 f"{describe(best, knob_name)}; {common}",
             }
         )
-    rb = theirs[best_theirs]
+    rb = theirs.get(best_theirs, nothing)
     for label, best in mine.items():
         learned_scheme = label.split()[-1] if label.startswith("learned") else None
         extra = f"; learned controller {training[learned_scheme]}" if learned_scheme else ""
@@ -668,7 +704,7 @@ def benchmark_case(
                 "dynaforge_mode": label,
                 "dynaforge": best.evaluations,
                 "baseline_value": rb.evaluations,
-                "ratio": rb.evaluations / best.evaluations if best.evaluations else None,
+                "ratio": rb.evaluations / best.evaluations if best.evaluations and rb.evaluations else None,
                 "notes": f"{label}: {describe(best, 'knob')}{extra}; {best_theirs}: {describe(rb, 'knob')}; {common}",
             }
         )
