@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
                     "ratio": batched / value,
                     "notes": f"dynaforge: all {systems} systems in one batch, KDK leapfrog, fixed dt 1e-3, eps 0.05, "
                     f"{steps} steps; REBOUND: leapfrog (DKD, same dt and softening), `steps({steps})` per system; "
-                    f"dynaforge one at a time measured on the first {sequential_systems} systems; {machine}; "
+                    f"dynaforge one at a time measured on the first {sequential_systems} systems; "
                     f"{load_note()} (other jobs shared the machine: timings are noisy)",
                 }
             )
@@ -664,7 +664,7 @@ def benchmark_case(
     head = f"{case.name}: force evaluations at max|dE/E| <= {target:g}"
     common = (
         f"{case.description}; every integrator's knob tuned by the same search to its cheapest measured run with "
-        f"max |dE/E| <= {target:g} over every step, energies all from dynaforge's `energy`; {machine}; {load_note()} "
+        f"max |dE/E| <= {target:g} over every step, energies all from dynaforge's `energy`; {load_note()} "
         f"(other jobs shared the machine: wall times are noisy); case searched in {seconds:.0f} s"
     )
 
