@@ -104,8 +104,11 @@ class NBodyConfig:
     """The system name (`nbody`)."""
     bodies: int = checked(2, check=at_least(2.0))
     """Bodies per system (`kepler` needs 2, `figure_eight` 3)."""
-    integrator: Literal["leapfrog", "yoshida4"] = "leapfrog"
-    """Kick-drift-kick leapfrog (2nd order) or Yoshida's 4th-order composition (3 forces per step)."""
+    integrator: Literal[
+        "leapfrog", "leapfrog_dkd", "yoshida4", "yoshida4_dkd", "yoshida6", "yoshida6_dkd"
+    ] = "leapfrog"
+    """Leapfrog (2nd order, 1 force evaluation per step), Yoshida's 4th-order (3) or 6th-order (7)
+    composition of it; kick-drift-kick, or drift-kick-drift with the `_dkd` suffix (docs/nbody.md)."""
     dt: float = checked(0.01, check=POSITIVE.because("time step"))
     """Fixed step, and the unit of the frame spacing and trajectory length."""
     steps: int = checked(1000, check=AT_LEAST_ONE)
@@ -280,7 +283,8 @@ class TimestepperConfig:
     """`window`: the per-window loss above (streams of windows). `run`: a whole-run, scale-free loss:
     each optimiser step integrates `batch` systems of one group from fresh start states for `horizon`
     time units (at most `run_steps` steps; back-propagation truncated every `window` steps) and
-    minimises log(N / T) + log(M) / 2, N the steps taken over the time T covered and M the run's soft
+    minimises log(N / T) + log(M) / p (p the integrator's order: 2 for leapfrog, 4 for yoshida4), N the
+    steps taken over the time T covered and M the run's soft
     maximum error (the power mean (mean_n e_n^8)^(1/8) over its steps, each weighted by sg(h_n)/h_n so
     that sums over steps are integrals dt / h at fixed time), i.e. log(N * sqrt(M)): for
     leapfrog (error ~ h^2) the evaluations needed at a fixed error, the benchmark's figure of merit,

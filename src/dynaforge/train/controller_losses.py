@@ -146,7 +146,8 @@ def run_loss(
     reached = run.time >= horizon * (1.0 - 1e-12)
     count = torch.where(reached, count, count.detach())
     covered = run.time.clamp_min(1e-300)
-    cost = torch.log(count / covered) + 0.5 * soft_max
+    # Error ~ h^order at a fixed step shape, so N M^(1/order) is unchanged by a global step scale.
+    cost = torch.log(count / covered) + soft_max / integrator.scheme.order
     penalty_high = (torch.relu(soft_max - math.log(high)) ** 2).mean()
     penalty_low = (torch.relu(math.log(low) - soft_max) ** 2).mean()
     loss = cost.mean() + penalty * (penalty_high + penalty_low)

@@ -46,7 +46,7 @@ from dynaforge.systems.nbody.physics import (
     kinetic_energy,
     pair_separations,
 )
-from dynaforge.systems.nbody.schemes import SCHEMES, Composition
+from dynaforge.systems.nbody.schemes import Composition, scheme_named
 
 FEATURE_NAMES = (
     "log_classical_timescale",  # log(tau_classical / T0), the classical criterion's time scale
@@ -364,7 +364,7 @@ class Integrator:
     ) -> None:
         self.params = params
         self.controller = controller
-        self.scheme = SCHEMES[scheme] if isinstance(scheme, str) else scheme
+        self.scheme = scheme_named(scheme)
         self.reversible = reversible
         self.dt_max = dt_max
 

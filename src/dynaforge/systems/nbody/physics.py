@@ -16,8 +16,8 @@ Conventions (every function in this module and in `nbody_control`, `nbody_initia
   (the external potential is included, so E is conserved with or without the perturber).
 - Linear momentum P = sum_i m_i v_i (conserved only when M_ext = 0). Angular momentum is taken about the
   external mass's position, L = sum_i m_i (x_i - X_ext) x v_i, which the central external force conserves.
-- Integrators: symmetric compositions of kick-drift-kick leapfrog (`nbody_schemes`), symplectic and
-  time-reversible at fixed dt. Step-size control lives in `nbody_control`.
+- Integrators: symmetric compositions of leapfrog, kick-drift-kick or drift-kick-drift (`nbody_schemes`),
+  symplectic and time-reversible at fixed dt. Step-size control lives in `nbody_control`.
 - Dataset layout (the `NBody` system): fields (batch, time, channels, bodies) with channels
   (x, y, z, vx, vy, vz); the store keeps them channels last, (N, T, bodies, 6).
 """
@@ -33,7 +33,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from dynaforge.systems.nbody.schemes import SCHEMES, Composition
+from dynaforge.systems.nbody.schemes import Composition, scheme_named
 
 CHANNEL_NAMES = ("x", "y", "z", "vx", "vy", "vz")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -158,6 +158,20 @@ def external_gravity(positions: Float[Tensor, "batch bodies 3"], params: BodyPar
     return Gravity(acc, potential)
 
 
+def potential_energy(
+    positions: Float[Tensor, "batch bodies 3"], params: BodyParams
+) -> Float[Tensor, " batch"]:
+    """The total potential energy alone (the energy diagnostic of drift-kick-drift steps; not counted as a
+    force evaluation: it computes no forces)."""
+    r2 = softened_pair_distances_squared(pair_separations(positions), params.softening)
+    inv_r = torch.rsqrt(r2) * off_diagonal(r2.shape[1], r2.dtype, r2.device)
+    m = params.masses
+    potential = -0.5 * (m * (m.unsqueeze(1) * inv_r).sum(2)).sum(1)
+    if not params.has_external:
+        return potential
+    return potential + external_gravity(positions, params).potential
+
+
 def accelerations(positions: Float[Tensor, "batch bodies 3"], params: BodyParams) -> Tensor:
     return gravity(positions, params).accelerations
 
@@ -223,7 +237,9 @@ def relative_drifts(current: Invariants, reference: Invariants, scales: DriftSca
 class StepResult(NamedTuple):
     state: BodyState
     gravity: Gravity
-    """Forces and potential at the new positions (reused by the next step)."""
+    """Forces and potential for the next step: KDK, both at the new positions (exact, reused by the next
+    step); DKD, the potential at the new positions and the forces of the step's last kick (at its last
+    mid-drift positions, the freshest forces a step of that ordering has without an extra evaluation)."""
 
 
 def composition_step(
@@ -235,11 +251,21 @@ def composition_step(
 ) -> StepResult:
     """One step of size dt (per system) of a leapfrog composition; costs `scheme.force_evaluations`.
 
-    `current` holds the forces at `state.positions` (from the previous step or from `gravity`).
-    A system with dt = 0 is left unchanged.
+    `current` holds the forces at `state.positions` (from the previous step or from `gravity`; a DKD step
+    does not read them). A system with dt = 0 is left unchanged.
     """
     x, v = state
     g = current
+    if scheme.ordering == "dkd":
+        weights = scheme.weights
+        for k, weight in enumerate(weights):
+            h = (weight * dt).view(-1, 1, 1)
+            drift = 0.5 * h if k == 0 else 0.5 * (weights[k - 1] * dt).view(-1, 1, 1) + 0.5 * h
+            x = x + drift * v  # this substep's first half-drift merged with the last one's second
+            g = gravity(x, params)
+            v = v + h * g.accelerations
+        x = x + (0.5 * weights[-1] * dt).view(-1, 1, 1) * v
+        return StepResult(BodyState(x, v), Gravity(g.accelerations, potential_energy(x, params)))
     for weight in scheme.weights:
         h = (weight * dt).view(-1, 1, 1)
         v = v + (0.5 * h) * g.accelerations
@@ -259,7 +285,7 @@ def fixed_step_rollout(
     on_step: Callable[[int], None] | None = None,
 ) -> tuple[BodyState, list[BodyState]]:
     """`steps` fixed steps; returns the final state and the states every `save_every` steps (t = 0 first)."""
-    scheme = SCHEMES[scheme] if isinstance(scheme, str) else scheme
+    scheme = scheme_named(scheme)
     dt_batch = torch.as_tensor(dt, dtype=state.positions.dtype, device=state.positions.device)
     dt_batch = dt_batch.expand(state.positions.shape[0])
     g = gravity(state.positions, params)

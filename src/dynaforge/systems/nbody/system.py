@@ -27,7 +27,7 @@ from dynaforge.systems.nbody.physics import (
     BodyState,
     fixed_step_rollout,
 )
-from dynaforge.systems.nbody.schemes import SCHEMES
+from dynaforge.systems.nbody.schemes import scheme_named
 from dynaforge.threads import run_pieces, serialised
 
 BLOCK_PAIR_VALUES = 2**19
@@ -72,7 +72,7 @@ class NBody:
         self.controller = controller
         self.shape = (config.bodies,)
         self.dtype = DTYPES[config.dtype]
-        self.scheme = SCHEMES[config.integrator]
+        self.scheme = scheme_named(config.integrator)
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
