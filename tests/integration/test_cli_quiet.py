@@ -80,7 +80,8 @@ def verb_help(*verb: str) -> str:
 @pytest.mark.parametrize(
     ("verb", "absent"),
     [
-        (("evaluate",), ["--no-progress", "--resume", "--threads", "--out", "key=value", "stage="]),
+        # evaluate takes evaluate.key=value overrides only, not overrides of any section (" key=value")
+        (("evaluate",), ["--no-progress", "--resume", "--threads", "--out", " key=value", "stage="]),
         (("export",), ["--no-progress", "--resume", "--threads", "key=value"]),
         (("generate",), ["--resume", "--threads", "stage="]),
         (("tune",), ["--no-progress", "--resume", "stage="]),
