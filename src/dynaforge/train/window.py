@@ -116,7 +116,7 @@ class WindowTask:
             spatial_dims=self.val_set.spatial_dims,
         )
         if not self.streaming:
-            self.train_sampler = self.sampler(self.train_set, context)
+            self.train_sampler = self.window_sampler(self.train_set, context)
             self.train_loader = make_loader(
                 self.train_set,
                 self.config.data,
@@ -134,7 +134,7 @@ class WindowTask:
             sampler=ShardSampler(len(self.val_set), context.cluster),
         )
 
-    def sampler(self, windows: Dataset, context: EngineContext) -> EpochSampler | BufferShuffleSampler:
+    def window_sampler(self, windows: Dataset, context: EngineContext) -> EpochSampler | BufferShuffleSampler:
         cluster, seed = context.cluster, context.settings.seed
         if isinstance(windows, LazyWindowDataset):
             return BufferShuffleSampler(windows, cluster.rank, cluster.world_size, seed)
