@@ -3,7 +3,9 @@ time in metrics.jsonl, on the tiny Burgers dataset."""
 
 from __future__ import annotations
 
+import math
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import torch
 
 from dynaforge.config import load_config
 from dynaforge.runs import load_checkpoint
-from dynaforge.train import train
+from dynaforge.train import engine, train
 from dynaforge.train.log import read_metrics
 from tests.conftest import CONFIGS
 
@@ -22,8 +24,18 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 BUDGET = ["train.time_budget=2", "train.keep_every=1"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_overrun_cut() -> Iterator[None]:
+    """These tests check the plan, the schedule and resume, not the safety net that ends a run at 1.25x its
+    budget: on a loaded machine a 2 s budget overran to 3 s and the cut made the weights differ from a plain
+    run of the planned epochs. The net is switched off here so that load cannot decide the outcome."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "OVERRUN", math.inf)
+        yield
+
+
 @pytest.fixture(scope="module")
-def budget_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def budget_run(no_overrun_cut: None, tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("budget") / "run"
     torch.set_num_threads(1)  # the module-scoped fixture runs before the `one_thread` fixture
     train(load_config(TINY, BUDGET), tiny_data, run, progress=False)
