@@ -36,6 +36,8 @@ from machine import load_note
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "stream.json"
+DOCS_FIGURE = REPO / "docs" / "stream.png"
+"""The figure the README shows (committed; benchmarks/results/*.png are not)."""
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 COMMON = [
     "train.schedule.name=constant",
@@ -122,10 +124,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budgets", default="60", help="comma-separated wall-clock budgets in seconds")
     parser.add_argument("--sizes", default="64,256,1024", help="disk dataset sizes (train trajectories)")
-    parser.add_argument("--plot-only", action="store_true", help="redraw stream.png from stream.runs.json")
+    parser.add_argument(
+        "--plot-only", action="store_true", help="redraw docs/stream.png from stream.runs.json"
+    )
     args = parser.parse_args()
     if args.plot_only:
-        plot(read_list(RESULTS.with_name("stream.runs.json")), RESULTS.with_name("stream.png"))
+        plot(read_list(RESULTS.with_name("stream.runs.json")), DOCS_FIGURE)
         return
     budgets = [float(b) for b in args.budgets.split(",")]
     sizes = args.sizes.split(",")
@@ -173,7 +177,7 @@ def main() -> None:
     runs_path = RESULTS.with_name("stream.runs.json")
     kept_runs = [r for r in read_list(runs_path) if r["budget_s"] not in budgets]
     atomic_write_json(runs_path, kept_runs + runs)
-    plot(kept_runs + runs, RESULTS.with_name("stream.png"))
+    plot(kept_runs + runs, DOCS_FIGURE)
 
 
 def plot(runs: list[dict], out: Path) -> None:
