@@ -194,6 +194,7 @@ ABLATIONS: dict[str, list[str]] = {
     "batch 5": ["data.batch_size=5"],
     "batch 10 no clipping": ["data.batch_size=10", "train.grad_clip=null"],
     "batch 5 no clipping": ["data.batch_size=5", "train.grad_clip=null"],
+    "physical units (no normalisation)": ["data.normalize=none"],
 }
 """`--ablate`: one switch changed from configs/fno_paper_burgers.yaml at a time (dynaforge only)."""
 
