@@ -364,7 +364,7 @@ def record(setup: Setup, runs: list[dict[str, Any]], check: float) -> dict[str, 
     return {
         "case": f"FNO paper 1D Burgers (nu=0.1, N=1024, 1000/200 pairs), {setup.budget:g} s budget, "
         f"one thread, {seeds} seed(s)",
-        "baseline": "neuraloperator 2.0.0 (Trainer, AdamW, cosine fitted to the budget)",
+        "baseline": f"neuraloperator 2.0.0 (Trainer, AdamW, batch {setup.batch_size}, cosine fitted to the budget)",
         "metric": "test relative L2 error at the budget (mean over 200 test pairs; mean of seeds)",
         "dynaforge": statistics.mean(mine),
         "baseline_value": statistics.mean(theirs),
