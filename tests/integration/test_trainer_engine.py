@@ -364,3 +364,22 @@ def test_wandb_is_never_needed_unless_asked_for(
             tmp_path / "w",
             progress=False,
         )
+
+
+def test_normalize_none_trains_on_physical_fields_and_saves_an_identity_normalizer(
+    tiny_data: Path, tmp_path: Path
+) -> None:
+    scaled = window_engine(load_config(TINY, ["train.epochs=1"]), tiny_data, tmp_path / "a", progress=False)
+    physical = window_engine(
+        load_config(TINY, ["train.epochs=1", "data.normalize=none"]),
+        tiny_data,
+        tmp_path / "b",
+        progress=False,
+    )
+    stats = scaled.task.normalizer.to_dict()
+    assert stats["std"] != [1.0] or stats["mean"] != [0.0]  # the tiny data is not already normalised
+    channels = scaled.task.normalizer.channels
+    assert physical.task.normalizer.to_dict() == {"mean": [0.0] * channels, "std": [1.0] * channels}
+    physical.fit()
+    saved = load_checkpoint(tmp_path / "b" / "checkpoints" / "last.pt")["normalization"]
+    assert saved == {"mean": [0.0] * channels, "std": [1.0] * channels}

@@ -135,6 +135,23 @@ def test_real_spectral_conv_equals_complex_reference_2d() -> None:
     torch.testing.assert_close(output.double(), complex_reference(layer, x), atol=1e-5, rtol=1e-4)
 
 
+def test_spectral_init_normal_is_glorot_sized_and_small_is_li_sized() -> None:
+    torch.manual_seed(3)
+    normal = SpectralConv(32, 32, modes=(16,), init="normal")
+    small = SpectralConv(32, 32, modes=(16,))
+    magnitude = torch.complex(normal.weight_real, normal.weight_imag).abs().pow(2).mean().sqrt()
+    # |w| has standard deviation sqrt(2 / (in + out)) = 0.177 here; 16,384 draws put the estimate within 2 %.
+    assert abs(magnitude.item() - (2 / 64) ** 0.5) < 0.02 * (2 / 64) ** 0.5
+    assert normal.weight_real.min() < 0 < normal.weight_imag.max()
+    # Li et al.'s: uniform in [0, 1 / (in * out)).
+    assert small.weight_real.min() >= 0 and small.weight_real.max() < 1 / 32**2
+    config = FNOConfig(width=8, modes=4, layers=2, projection=16, spectral_init="normal")
+    block = build_model(config, ModelShape(1, 1, 1)).blocks[0].spectral
+    assert block.weight_real.abs().max() > 1 / 8**2
+    with pytest.raises(ValueError, match="spectral_init"):
+        load_config(None, ["model.spectral_init=large"])
+
+
 def test_spectral_conv_holds_only_real_parameters() -> None:
     layer = SpectralConv(2, 2, modes=(4,))
     assert all(not p.is_complex() for p in layer.parameters())

@@ -77,6 +77,10 @@ class DataConfig:
     """Take every `stride`-th stored frame (the model's time step is stride x the stored frame spacing)."""
     batch_size: int = checked(32, check=AT_LEAST_ONE)
     """Windows per optimiser step (and per evaluation batch)."""
+    normalize: Literal["train_stats", "none"] = "train_stats"
+    """`train_stats`: every channel minus the train split's mean, over its standard deviation (all frames
+    pooled); `none`: the model reads and predicts physical units (mean 0, std 1 saved in the checkpoint).
+    Read by the window task trained from a dataset folder (not by the latent stack's stages)."""
     num_workers: int = checked(0, check=NON_NEGATIVE)
     """DataLoader worker processes; 0 reads in the main process (with `reading: lazy` each worker opens its
     own HDF5 handles and holds its own buffer). Not used by the stream, which generates in a thread."""

@@ -44,6 +44,10 @@ class FNOConfig(ModelConfig):
     spectral_low_precision: bool = False
     """Let bf16/fp16 autocast run the `dft` path's matrix products (and the mode mixing) in low precision;
     false keeps the spectral convolution in fp32 whatever train.precision is (the `fft` path always does)."""
+    spectral_init: Literal["small", "normal"] = "small"
+    """Initial spectral weights: `small` (Li et al.'s, uniform in [0, 1 / width^2): every block starts as
+    almost only its pointwise path) or `normal` (complex Gaussian, standard deviation sqrt(2 / (2 width)),
+    as neuraloperator's FNO: the spectral path starts as strong as the pointwise one)."""
 
     def __post_init__(self) -> None:
         check_values(self)

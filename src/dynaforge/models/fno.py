@@ -20,7 +20,13 @@ from torch import Tensor, nn
 
 from dynaforge.config import FNOConfig
 from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, check_spatial_dims, frames_prediction
-from dynaforge.models.spectral import SpectralConv, Transform, channels_first_to_last, channels_last_to_first
+from dynaforge.models.spectral import (
+    SpectralConv,
+    SpectralInit,
+    Transform,
+    channels_first_to_last,
+    channels_last_to_first,
+)
 
 
 class ChannelsLastPointwise:
@@ -70,9 +76,10 @@ class FNOBlock(nn.Module):
         activate: bool,
         transform: Transform = "auto",
         low_precision: bool = False,
+        spectral_init: SpectralInit = "small",
     ) -> None:
         super().__init__()
-        self.spectral = SpectralConv(width, width, modes, transform, low_precision)
+        self.spectral = SpectralConv(width, width, modes, transform, low_precision, spectral_init)
         self.pointwise = pointwise(width, width, len(modes))
         self.activation = nn.GELU() if activate else nn.Identity()
 
@@ -98,6 +105,7 @@ class FNO(nn.Module):
                 activate=i < config.layers - 1,
                 transform=config.spectral_transform,
                 low_precision=config.spectral_low_precision,
+                spectral_init=config.spectral_init,
             )
             for i in range(config.layers)
         )

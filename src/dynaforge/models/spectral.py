@@ -34,6 +34,8 @@ from dynaforge.models.dft import fft_matrices, irfft_matrix, rfft_matrix
 
 Transform = Literal["auto", "fft", "dft"]
 TRANSFORMS: tuple[str, ...] = ("auto", "fft", "dft")
+SpectralInit = Literal["small", "normal"]
+SPECTRAL_INITS: tuple[str, ...] = ("small", "normal")
 """Ways to compute the kept modes; see the module docstring."""
 
 DFT_MAX_FRACTION = 0.25
@@ -69,8 +71,11 @@ class SpectralConv(nn.Module):
         modes: Sequence[int],
         transform: Transform = "fft",
         low_precision: bool = False,
+        init: SpectralInit = "small",
     ) -> None:
         super().__init__()
+        if init not in SPECTRAL_INITS:
+            raise ValueError(f"init must be one of {', '.join(SPECTRAL_INITS)}, got {init!r}")
         if transform not in TRANSFORMS:
             raise ValueError(f"transform must be one of {', '.join(TRANSFORMS)}, got {transform!r}")
         self.in_channels, self.out_channels = in_channels, out_channels
@@ -81,14 +86,17 @@ class SpectralConv(nn.Module):
         # holds the same weights whichever transform computes the layer).
         self.dft_cache: dict[tuple[tuple[int, ...], torch.device], DFTBases] = {}
         block = (*(2 * m for m in self.modes[:-1]), self.modes[-1])
-        # Li et al.'s scale: outputs start small, so each block begins close to its pointwise path.
-        scale = 1.0 / (in_channels * out_channels)
-        self.weight_real = nn.Parameter(
-            scale * torch.rand(in_channels, out_channels, *block, dtype=torch.float32)
-        )
-        self.weight_imag = nn.Parameter(
-            scale * torch.rand(in_channels, out_channels, *block, dtype=torch.float32)
-        )
+        if init == "small":
+            # Li et al.'s scale: outputs start small, so each block begins close to its pointwise path.
+            scale = 1.0 / (in_channels * out_channels)
+            draw = torch.rand
+        else:
+            # Complex weights of standard deviation sqrt(2 / (in + out)) (Glorot's), split evenly between
+            # the real and imaginary parts: the spectral path starts as strong as the pointwise one.
+            scale = (1.0 / (in_channels + out_channels)) ** 0.5
+            draw = torch.randn
+        self.weight_real = nn.Parameter(scale * draw(in_channels, out_channels, *block, dtype=torch.float32))
+        self.weight_imag = nn.Parameter(scale * draw(in_channels, out_channels, *block, dtype=torch.float32))
 
     @property
     def spatial_dims(self) -> int:

@@ -101,6 +101,8 @@ class WindowTask:
             self.fingerprint = data_fingerprint(dataset)
             if not self.streaming:
                 self.normalizer = Normalizer.from_stats(dataset.stats)
+            if self.config.data.normalize == "none":
+                self.normalizer = Normalizer.identity(self.normalizer.channels)
             self.val_set = self.split_windows(dataset, "val")
         else:
             self.setup_without_folder()
