@@ -174,46 +174,6 @@ def test_two_gloo_ranks_stream_disjoint_samples(tmp_path: Path) -> None:
     assert load_checkpoint(out / "checkpoints" / "last.pt")["world_size"] == 2
 
 
-def test_two_gloo_ranks_reading_lazily_train_like_one_process_with_twice_the_batch(
-    tiny_data: Path, tmp_path: Path
-) -> None:
-    """Rank r reads the positions r, r + 2, ... of the buffered order: together exactly the one-process
-    batches, so the weights agree (to float rounding of the gradient all-reduce)."""
-    # SGD without clipping, as in test_resume_ddp.py: Adam's normalisation magnifies all-reduce rounding.
-    lazy = [*SOURCES["lazy"], "train.optimizer.name=sgd", "train.grad_clip=null", "train.epochs=2"]
-    single = tmp_path / "single"
-    assert (
-        main(
-            [
-                "-q",
-                "train",
-                TINY,
-                *lazy,
-                "data.batch_size=16",
-                "--data",
-                str(tiny_data),
-                "--out",
-                str(single),
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
-    ddp = tmp_path / "ddp"
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-        "-m", "dynaforge.cli", "-q", "train", TINY, *lazy, "data.batch_size=8",
-        "--data", str(tiny_data), "--out", str(ddp), "--no-progress",
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env())
-    assert result.returncode == 0, result.stderr[-3000:]
-    want = load_checkpoint(single / "checkpoints" / "last.pt")
-    got = load_checkpoint(ddp / "checkpoints" / "last.pt")
-    assert got["world_size"] == 2 and got["step"] == want["step"] == 10
-    for name, value in want["model"].items():
-        torch.testing.assert_close(got["model"][name], value, rtol=0, atol=1e-6)
-
-
 def test_run_with_the_stream_stores_only_val_and_test_and_evaluates_on_them(tmp_path: Path) -> None:
     from dynaforge.config import load_config
     from dynaforge.pipeline import run_pipeline

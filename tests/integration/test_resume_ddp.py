@@ -222,8 +222,13 @@ def test_run_resumes_an_unfinished_train_stage(tmp_path: Path, monkeypatch: pyte
 DDP_OVERRIDES = ["train.optimizer.name=sgd", "train.grad_clip=null", "train.epochs=2", "train.log_every=1"]
 
 
+@pytest.mark.parametrize(
+    "reading",
+    [[], ["data.reading=lazy", "data.buffer=3"]],
+    ids=["in memory", "lazy: rank r reads positions r, r + 2, ... of the buffered order"],
+)
 def test_ddp_on_two_gloo_ranks_matches_one_process_with_the_same_global_batch(
-    tiny_data: Path, tmp_path: Path
+    tiny_data: Path, tmp_path: Path, reading: list[str]
 ) -> None:
     single = tmp_path / "single"
     assert (
@@ -233,6 +238,7 @@ def test_ddp_on_two_gloo_ranks_matches_one_process_with_the_same_global_batch(
                 "train",
                 TINY,
                 *DDP_OVERRIDES,
+                *reading,
                 "data.batch_size=16",
                 "--data",
                 str(tiny_data),
@@ -247,7 +253,7 @@ def test_ddp_on_two_gloo_ranks_matches_one_process_with_the_same_global_batch(
     ddp = tmp_path / "ddp"
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-        "-m", "dynaforge.cli", "train", TINY, *DDP_OVERRIDES, "data.batch_size=8",
+        "-m", "dynaforge.cli", "train", TINY, *DDP_OVERRIDES, *reading, "data.batch_size=8",
         "--data", str(tiny_data), "--out", str(ddp), "--no-progress",
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=180, env=subprocess_env())

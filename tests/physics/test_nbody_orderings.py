@@ -3,8 +3,6 @@ Kepler orbit: convergence order, time reversibility, bounded energy error, and t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -27,12 +25,7 @@ A, E, M1, M2, PHASE = 1.3, 0.5, 0.7, 0.4, 0.3
 PERIOD = orbital_period(A, M1 + M2)
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def kepler(a: float = A, e: float = E, phase: float = PHASE, m1: float = M1, m2: float = M2):

@@ -23,7 +23,7 @@ from torch import Tensor
 from torch.utils.data import Dataset, Sampler
 
 from dynaforge.data.normalize import Normalizer
-from dynaforge.data.windows import Window, fields_to_channels_first, window_starts
+from dynaforge.data.windows import Window, fields_to_channels_first, training_window_starts
 from dynaforge.store import TrajectoryReader
 
 
@@ -48,13 +48,7 @@ class LazyWindowDataset(Dataset[Window]):
         first = reader.read(0)  # (T, *space, C)
         self.spatial_dims = first.ndim - 2
         n_frames = first.shape[0]
-        self.starts = window_starts(n_frames, history + targets, stride)
-        if len(self.starts) == 0:
-            raise ValueError(
-                f"trajectories of {n_frames} frames are too short for windows of {history} + {targets} "
-                f"frames {stride} apart (needs {(history + targets - 1) * stride + 1}); lower data.history, "
-                "data.horizon, data.stride or train.rollout_steps, or generate longer trajectories"
-            )
+        self.starts = training_window_starts(n_frames, history, targets, stride)
         self.cache: OrderedDict[int, Tensor] = OrderedDict()
         self.reads = 0
         """Trajectories read from disk by this process (a measure for the logs)."""

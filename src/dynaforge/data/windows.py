@@ -48,6 +48,19 @@ def window_starts(n_frames: int, window_frames: int, stride: int) -> range:
     return range(max(n_frames - span, 0))
 
 
+def training_window_starts(n_frames: int, history: int, targets: int, stride: int) -> range:
+    """`window_starts` of windows of `history` + `targets` frames; an error naming the settings to change
+    when trajectories of `n_frames` frames hold none."""
+    starts = window_starts(n_frames, history + targets, stride)
+    if len(starts) == 0:
+        raise ValueError(
+            f"trajectories of {n_frames} frames are too short for windows of {history} + {targets} "
+            f"frames {stride} apart (needs {(history + targets - 1) * stride + 1}); lower data.history, "
+            "data.horizon, data.stride or train.rollout_steps, or generate longer trajectories"
+        )
+    return starts
+
+
 class WindowDataset(Dataset[Window]):
     """Normalised windows over all trajectories of one split, held in memory."""
 
@@ -68,13 +81,7 @@ class WindowDataset(Dataset[Window]):
         )  # (N, T, C, *space)
         self.history, self.targets, self.stride = history, targets, stride
         n_frames = self.frames.shape[1]
-        self.starts = window_starts(n_frames, history + targets, stride)
-        if len(self.starts) == 0:
-            raise ValueError(
-                f"trajectories of {n_frames} frames are too short for windows of {history} + {targets} "
-                f"frames {stride} apart (needs {(history + targets - 1) * stride + 1}); lower data.history, "
-                "data.horizon, data.stride or train.rollout_steps, or generate longer trajectories"
-            )
+        self.starts = training_window_starts(n_frames, history, targets, stride)
 
     @property
     def windows_per_sample(self) -> int:
