@@ -68,7 +68,7 @@ from dynaforge.floating import flush_denormals
 from dynaforge.systems import build_system
 from dynaforge.systems.pde.spectral import SpectralSystem, dealias_mask
 from dynaforge.threads import on_one_thread
-from machine import load_note, machine_name
+from machine import device_name, load_note, machine_name
 
 RESULTS = Path(__file__).resolve().parent / "results" / "generate_pde.json"
 QUICK_RESULTS = RESULTS.with_name("generate_pde.quick.json")  # a smoke run never overwrites real figures
@@ -296,6 +296,12 @@ def exponax_rollout(case: Case) -> Callable[[np.ndarray], np.ndarray]:
     return run
 
 
+def jax_devices() -> str:
+    import jax
+
+    return ", ".join(str(d) for d in jax.devices())
+
+
 def exponax_version() -> str:
     import exponax
     import jax
@@ -320,6 +326,20 @@ class FFTRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def synchronized(run: Callable[[], object], device: torch.device) -> Callable[[], object]:
+    """`run` followed by a wait for the device's queued work (a no-op on the CPU): timed calls end when
+    the GPU's work does."""
+    if device.type != "cuda":
+        return run
+
+    def call() -> object:
+        result = run()
+        torch.cuda.synchronize(device)
+        return result
+
+    return call
+
+
 def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tensor, repeats: int) -> dict:
     """The transforms one step of one block must do, timed alone on one thread: the solver's floor.
 
@@ -327,7 +347,7 @@ def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tenso
     the calls the second step adds (its nonlinear evaluations and the saved frame's inverse transform) are
     one step's transforms, with the same shapes, strides, dtypes and sizes. They are replayed in a loop;
     the median over `repeats` timings of 50 replays, per sample, is the FFT time of one sample-step."""
-    block = min(system.block_samples(), initial.shape[0])
+    block = min(system.block_samples(initial.device), initial.shape[0])
     recorded = []
     with torch.inference_mode(), flush_denormals():
         for steps in (1, 2):
@@ -336,15 +356,24 @@ def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tenso
             recorded.append(recorder.calls)
     step_calls = recorded[1][len(recorded[0]) :]
 
+    device = initial.device
+
     def replay() -> float:
-        start = time.process_time()
+        # CPU: process time on one thread; GPU: wall time until the device's queue is empty.
+        clock = time.process_time if device.type == "cpu" else time.perf_counter
+        start = clock()
         for _ in range(50):
             for func, args, kwargs in step_calls:
                 func(*args, **kwargs)
-        return (time.process_time() - start) / 50
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return (clock() - start) / 50
 
     with torch.inference_mode(), flush_denormals():
-        times = on_one_thread(lambda: [replay() for _ in range(repeats + 1)][1:])
+        if device.type == "cpu":
+            times = on_one_thread(lambda: [replay() for _ in range(repeats + 1)][1:])
+        else:  # GPU blocks hold the whole batch of every case (`batching.GPU_BLOCK_VALUES`)
+            times = [replay() for _ in range(repeats + 1)][1:]
     seconds = statistics.median(times) / block
     return {
         "fft_seconds_per_sample_step": seconds,
@@ -353,27 +382,34 @@ def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tenso
     }
 
 
-def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
+def run_case(case: Case, repeats: int, device: torch.device) -> list[dict[str, object]]:
     system = dynaforge_system(case)
-    params, initial64 = initial_batch(system, case.samples)
+    params64, initial64 = initial_batch(system, case.samples)
+    params, initial64 = params64.to(device), initial64.to(device)
     initial = initial64.to(torch.float32)
     sample_steps = case.samples * case.steps
     threads = torch.get_num_threads()
+    on_gpu = device.type == "cuda"
 
     check_same_dealiasing(case)
     exponax_run = exponax_rollout(case)
-    initial_np = initial.numpy()
+    initial_np = initial.cpu().numpy()
     batched, exp_timing = time_interleaved(
-        [lambda: dynaforge_batched(system, params, initial), lambda: exponax_run(initial_np)], repeats
+        [
+            synchronized(lambda: dynaforge_batched(system, params, initial), device),
+            lambda: exponax_run(initial_np),
+        ],
+        repeats,
     )
-    fields = dynaforge_batched(system, params, initial).numpy()
+    fields = dynaforge_batched(system, params, initial).cpu().numpy()
     exp_fields = np.asarray(exponax_run(initial_np))
     dyn_rate = sample_steps / batched.median
     exp_rate = sample_steps / exp_timing.median
 
     floor = fft_floor(system, params, initial, repeats)
-    # The floor is one core's; with T threads the blocks run side by side on T cores.
-    floor_rate = threads / floor["fft_seconds_per_sample_step"]
+    # The floor is one core's; with T threads the blocks run side by side on T cores. A GPU runs the whole
+    # batch as one block.
+    floor_rate = (1 if on_gpu else threads) / floor["fft_seconds_per_sample_step"]
     multiple = floor_rate / dyn_rate
     exp_multiple = floor_rate / exp_rate
     limit = {
@@ -384,18 +420,24 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
         "fft_block_samples": floor["block_samples"],
         "threads": threads,
     }
+    where = (
+        f"{device_name(device)}"
+        if on_gpu
+        else f"one thread, allow {floor_rate:.0f} sample-steps/s at {threads} thread(s)"
+    )
     limit_note = (
         f"limit: the transforms one step must do (torch.fft calls recorded in one step of one "
         f"{floor['block_samples']}-sample block: {', '.join(floor['fft_calls_per_step'])}), replayed alone on "
-        f"one thread, allow {floor_rate:.0f} sample-steps/s at {threads} thread(s); dynaforge's step takes "
-        f"{multiple:.2f}x that time, exponax's {exp_multiple:.2f}x"
+        f"{where}"
+        + (f", allow {floor_rate:.0f} sample-steps/s" if on_gpu else "")
+        + f"; dynaforge's step takes {multiple:.2f}x that time, exponax's {exp_multiple:.2f}x"
     )
 
     # Accuracy: both float32 runs against each other and against dynaforge's float64 run of the same scheme
     # from the same initial fields (for the chaotic KS, tiny float32 differences grow exponentially with t,
     # so the float32 -> float64 difference of each solver is the floor any comparison can reach).
     reference = comparable(
-        case, dynaforge_batched(dynaforge_system(case, "float64"), params, initial64).numpy()
+        case, dynaforge_batched(dynaforge_system(case, "float64"), params, initial64).cpu().numpy()
     )
     fields, exp_fields = comparable(case, fields), comparable(case, exp_fields)
     early = max(1, case.steps // 10) + 1  # the first 10 % of the horizon, before chaotic growth dominates
@@ -406,7 +448,8 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
     scale = float(np.abs(reference).max())
     horizon = case.steps * case.dt
 
-    print(f"\n{case.label()}, {threads} thread(s)")
+    where = device_name(device) if on_gpu else f"{threads} thread{'s' if threads > 1 else ''}"
+    print(f"\n{case.label()}, {where}")
     print(
         f"  dynaforge batched : {dyn_rate:12.0f} sample-steps/s  (median {batched.median:.3f} s, first call {batched.warmup:.3f} s)"
     )
@@ -426,6 +469,7 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
         f"as its generate stage does (XLA flushes them too), "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')!r}, Python {platform.python_version()}, "
         f"{platform.machine()} with {os.cpu_count()} cores; {load_note()} when written"
+        + (f"; both libraries on {device_name(device)} (jax devices {jax_devices()})" if on_gpu else "")
     )
     accuracy = (
         f"max |dynaforge - exponax| = {diff_all:.2e} over all {case.steps + 1} frames (t <= {horizon:g}), "
@@ -434,7 +478,7 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
         + ("; spatial means removed before comparing (see `comparable`)" if case.system == "ks2d" else "")
         + (f"; {GRAY_SCOTT_SPLIT}" if case.system == "gray_scott" else "")
     )
-    label = f"{case.label()}, {threads} thread{'s' if threads > 1 else ''}"
+    label = f"{case.label()}, {where}"
     records = [
         {
             "case": label,
@@ -443,7 +487,7 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
             "dynaforge": dyn_rate,
             "baseline_value": exp_rate,
             "ratio": dyn_rate / exp_rate,
-            "machine": machine_name(),
+            "machine": device_name(device) if on_gpu else machine_name(),
             "limit": limit,
             "notes": (
                 f"{limit_note}; medians of {repeats} interleaved runs: dynaforge {batched.median:.4f} s (first "
@@ -454,7 +498,7 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
             ),
         }
     ]
-    if case.loop:
+    if case.loop and not on_gpu:  # one sample at a time on a GPU only measures kernel launches
         # The loop's first call is a full pass too (its warm-up is in any case a single-sample rollout).
         loop = time_calls(lambda: dynaforge_loop(system, params, initial), 1)
         loop_rate = sample_steps / loop.median
@@ -492,6 +536,12 @@ def set_threads(threads: int) -> None:
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
 
 
+def merged(earlier: list[dict], records: list[dict]) -> list[dict]:
+    """`records`, after the earlier records of cases they do not cover."""
+    ran = {record["case"] for record in records}
+    return [r for r in earlier if r["case"] not in ran] + records
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -505,6 +555,18 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per solver (median reported)")
     parser.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (default) or cuda: dynaforge on this torch device, exponax on jax's default device (its GPU "
+        "where jax has CUDA); one process, --threads is ignored",
+    )
+    parser.add_argument(
+        "--samples-scale",
+        type=int,
+        default=1,
+        help="multiply every case's batch (a GPU needs larger batches than a 2-core CPU to fill it)",
+    )
+    parser.add_argument(
         "--cases",
         default="",
         help=f"comma-separated case names to run (default all: {', '.join(c.name for c in CASES)}); the "
@@ -517,8 +579,13 @@ def main() -> None:
         help=f"JSON records (default {RESULTS.name}, quick: {QUICK_RESULTS.name})",
     )
     args = parser.parse_args()
-    counts = [int(t) for t in args.threads.split(",")]
-    chosen = [c for c in CASES if not args.cases or c.name in args.cases.split(",")]
+    device = torch.device(args.device)
+    counts = [int(t) for t in args.threads.split(",")] if device.type == "cpu" else [0]
+    chosen = [
+        dataclasses.replace(c, samples=c.samples * args.samples_scale)
+        for c in CASES
+        if not args.cases or c.name in args.cases.split(",")
+    ]
     if not chosen:
         raise SystemExit(f"--cases {args.cases!r} names none of: {', '.join(c.name for c in CASES)}")
     out = args.out or (QUICK_RESULTS if args.quick else RESULTS)
@@ -528,6 +595,7 @@ def main() -> None:
             part = out.with_name(f"{out.stem}.threads{count}.json")
             forwarded = ["--threads", str(count), "--repeats", str(args.repeats), "--out", str(part)]
             forwarded += ["--quick"] * args.quick + (["--cases", args.cases] if args.cases else [])
+            forwarded += ["--samples-scale", str(args.samples_scale)]
             subprocess.run([sys.executable, __file__, *forwarded], check=True)
             records.extend(json.loads(part.read_text()))
             part.unlink()
@@ -536,10 +604,13 @@ def main() -> None:
             set_threads(counts[0])
         cases = [quick_case(c) for c in chosen] if args.quick else chosen
         repeats = 1 if args.quick else args.repeats
-        records = [record for case in cases for record in run_case(case, repeats)]
+        earlier = json.loads(out.read_text()) if out.exists() else []
+        records = []
+        for case in cases:  # written after every case: a run cut short keeps the cases it finished
+            records.extend(run_case(case, repeats, device))
+            atomic_write_json(out, merged(earlier, records))
     if out.exists() and (args.cases or len(counts) == 1):  # keep the other records of an earlier run
-        ran = {record["case"] for record in records}
-        records = [r for r in json.loads(out.read_text()) if r["case"] not in ran] + records
+        records = merged(json.loads(out.read_text()), records)
     atomic_write_json(out, records)
     print(f"\nwrote {out}")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from dynaforge.machine import cpu_extensions, cpu_model
 
 
@@ -34,3 +36,11 @@ def load_note() -> str:
         f"{machine_name()}; load average {one:.1f}/{five:.1f}/{fifteen:.1f} (1/5/15 min) "
         f"on {os.cpu_count()} cores"
     )
+
+
+def device_name(device: object) -> str:
+    """'NVIDIA H200 (CUDA 13.0, torch 2.11.0+cu130)' for a CUDA device, else machine_name()."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return machine_name()
+    return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda}, torch {torch.__version__})"

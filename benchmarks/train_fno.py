@@ -106,11 +106,11 @@ from dynaforge.metrics.fields import relative_l2_per_frame
 from dynaforge.models import ModelInput, ModelShape, build_model
 from dynaforge.store import DatasetFolder
 from dynaforge.train import Engine, WindowTask
-from machine import load_note
+from machine import device_name, load_note
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_fno.json"
 QUICK_RESULTS = RESULTS.with_name("train_fno.quick.json")  # a smoke run never overwrites real figures
-DEVICE = torch.device("cpu")
+DEVICE = torch.device("cpu")  # --device sets it
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ class Setup:
             "train.rollout_steps=1",
             "train.log_every=1000000",  # one metrics line per epoch (the end-of-epoch flush)
             f"train.seed={seed}",
-            "train.device=cpu",
+            f"train.device={DEVICE}",
         ]
 
     def label(self) -> str:
@@ -232,6 +232,15 @@ DYNAFORGE_VARIANTS = (
         "dynaforge compiled bf16, bf16 spectral",
         ("train.precision=bf16", "train.compile.enabled=true", "model.spectral_low_precision=true"),
     ),
+)
+CUDA_VARIANTS = (
+    # On a GPU: the whole training step captured in a CUDA graph (one launch per step), and fp16 with a
+    # gradient scaler.
+    DynaforgeVariant("dynaforge eager fp32, CUDA graph", ("train.cuda_graph.enabled=true",)),
+    DynaforgeVariant(
+        "dynaforge eager bf16, CUDA graph", ("train.precision=bf16", "train.cuda_graph.enabled=true")
+    ),
+    DynaforgeVariant("dynaforge eager fp16", ("train.precision=fp16",)),
 )
 NEURALOPERATOR = "neuraloperator Trainer"
 PLAIN = "plain eager loop fp32"
@@ -322,7 +331,8 @@ def test_error(model: nn.Module, predict: Predict, data: Data, batch: int = 320)
     errors = []
     with torch.inference_mode(), torch.compiler.set_stance("force_eager"):
         for start in range(0, len(data.test_inputs), batch):
-            predicted = predict(model, data.test_inputs[start : start + batch]).float()
+            inputs = data.test_inputs[start : start + batch].to(DEVICE)
+            predicted = predict(model, inputs).float().cpu()
             physical = data.normalizer.normalized_to_physical(predicted, spatial_dims=1)
             errors.append(relative_l2_per_frame(physical, data.test_truth[start : start + batch]))
     model.train(was_training)
@@ -403,6 +413,8 @@ class Clock:
         self.paused = 0.0
 
     def epoch_end(self, model: nn.Module) -> None:
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize(DEVICE)  # the epoch ends when the GPU's queued work does
         now = time.perf_counter()
         elapsed = now - self.started - self.paused
         self.curve.seconds.append(elapsed)
@@ -506,7 +518,7 @@ def run_neuraloperator(setup: Setup, data: Data, seed: int, turns: Turns) -> Cur
     cosine = per_step_cosine(optimizer, setup, len(train_loader))
     optimizer.register_step_post_hook(lambda *_: cosine.step())
     trainer = ClockedNOTrainer(
-        model=model, n_epochs=setup.epochs, device="cpu", eval_interval=1, verbose=False
+        model=model, n_epochs=setup.epochs, device=DEVICE, eval_interval=1, verbose=False
     )
     trainer.clock = Clock(curve, predict_neuraloperator, data, setup.cap_seconds, turns)
     loss = LpLoss(d=1, p=2)
@@ -533,7 +545,7 @@ def run_plain(setup: Setup, data: Data, seed: int, turns: Turns) -> Curve:
     curve = Curve(PLAIN, seed, len(data.train))
     turns.wait(curve.trainer)
     torch.manual_seed(seed)
-    model = dynaforge_fno(setup)
+    model = dynaforge_fno(setup).to(DEVICE)
     optimizer = adamw(model, setup)
     train_loader = loader(data.train, setup, shuffle=True, seed=seed)
     val_loader = loader(data.val, setup, shuffle=False, seed=seed)
@@ -544,14 +556,19 @@ def run_plain(setup: Setup, data: Data, seed: int, turns: Turns) -> Curve:
         for _ in range(setup.epochs):
             model.train()
             for batch in train_loader:
+                inputs = batch.inputs.to(DEVICE, non_blocking=True)
+                targets = batch.targets.to(DEVICE, non_blocking=True)
                 optimizer.zero_grad(set_to_none=True)
-                loss = relative_l2(model(ModelInput(frames=batch.inputs)).frames, batch.targets)
+                loss = relative_l2(model(ModelInput(frames=inputs)).frames, targets)
                 loss.backward()
                 optimizer.step()
                 scheduler.step()
             model.eval()
             with torch.inference_mode():
-                val = [relative_l2(model(ModelInput(frames=b.inputs)).frames, b.targets) for b in val_loader]
+                val = [
+                    relative_l2(model(ModelInput(frames=b.inputs.to(DEVICE))).frames, b.targets.to(DEVICE))
+                    for b in val_loader
+                ]
             torch.stack(val).mean().item()
             clock.epoch_end(model)
     except WallCapReached as stop:
@@ -596,7 +613,7 @@ def run_dynaforge(setup: Setup, data: Data, seed: int, variant: DynaforgeVariant
 def available_variants(setup: Setup) -> tuple[list[DynaforgeVariant], dict[str, str]]:
     """Variants this dynaforge's config accepts, and why the others are skipped."""
     available, skipped = [], {}
-    for variant in DYNAFORGE_VARIANTS:
+    for variant in DYNAFORGE_VARIANTS + (CUDA_VARIANTS if DEVICE.type == "cuda" else ()):
         try:
             dynaforge_config(setup, variant, seed=0)
         except ConfigError as error:
@@ -755,7 +772,8 @@ FAIR_COMPARISON = (
 
 def environment() -> str:
     return (
-        f"torch {torch.__version__} with {torch.get_num_threads()} intra-op threads, Python "
+        (f"every trainer on {device_name(DEVICE)}; " if DEVICE.type == "cuda" else "")
+        + f"torch {torch.__version__} with {torch.get_num_threads()} intra-op threads, Python "
         f"{platform.python_version()}, {platform.machine()} with {os.cpu_count()} cores; {load_note()} when "
         "written"
     )
@@ -785,7 +803,7 @@ def records_for(
         PLAIN: "plain eager PyTorch loop (AdamW) on dynaforge's FNO, fp32",
     }
     records = []
-    for variant in DYNAFORGE_VARIANTS:
+    for variant in DYNAFORGE_VARIANTS + (CUDA_VARIANTS if DEVICE.type == "cuda" else ()):
         for baseline, description in baselines.items():
             if variant.name in skipped or variant.name not in curves:
                 why = skipped.get(variant.name, "not run")
@@ -928,6 +946,12 @@ def main() -> None:
         help="torch intra-op threads (default 0: torch's default, all cores)",
     )
     parser.add_argument("--repeats", type=int, default=None, help="rounds of runs (median reported)")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (default) or cuda: every trainer on this device; on cuda dynaforge's CUDA-graph and fp16 "
+        "variants run too",
+    )
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run")
     parser.add_argument(
         "--target-epoch", type=int, default=None, help="plain-loop epoch that sets the target"
@@ -954,6 +978,8 @@ def main() -> None:
         versions = saved.get("neuraloperator", neuraloperator_version())
         report(setup, curves_from_json(saved), skipped, versions, saved["environment"], out)
         return
+    global DEVICE
+    DEVICE = torch.device(args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     setup = QUICK if args.quick else Setup()

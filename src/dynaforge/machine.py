@@ -81,6 +81,15 @@ def device_name(device: torch.device | str) -> str:
     return str(device)
 
 
+def indexed_device(device: torch.device) -> torch.device:
+    """`cuda` named by its index (`cuda:0` for the current GPU); any other device as given.
+    `torch.cuda.set_device` refuses a CUDA device without an index, and `tensor.device == device` is
+    False for `cuda:0` against `cuda`."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def local_rank_device(name: str) -> str:
     """`auto`/`cuda` mean this process's own GPU, `cuda:LOCAL_RANK`, when a launcher (torchrun) set
     LOCAL_RANK and CUDA is available: otherwise every process of a node would work on cuda:0. Any other

@@ -55,11 +55,11 @@ def test_fp16_trains_with_a_gradient_scaler(tiny_data: Path, tmp_path: Path) -> 
 
 
 def test_batches_are_pinned_and_copied_without_blocking(tiny_data: Path, tmp_path: Path) -> None:
-    trainer = window_engine(load_config(TINY, ON_GPU), tiny_data, tmp_path / "run", progress=False)
-    assert trainer.train_loader.pin_memory
-    batch = next(iter(trainer.train_loader))
+    task = window_engine(load_config(TINY, ON_GPU), tiny_data, tmp_path / "run", progress=False).task
+    assert task.train_loader.pin_memory
+    batch = next(iter(task.train_loader))
     assert batch.inputs.is_pinned()
-    inputs, _ = trainer.batch_to_device(batch)
+    inputs, *_ = task.to_device(batch)
     assert inputs.device.type == "cuda"
 
 

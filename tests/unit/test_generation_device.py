@@ -1,4 +1,5 @@
-"""Which device generation runs on: under torchrun, rank r's `cuda`/`auto` is cuda:LOCAL_RANK (no GPU needed)."""
+"""Which device generation and training run on: under torchrun, rank r's `cuda`/`auto` is cuda:LOCAL_RANK; a
+GPU is named by its index (no GPU needed)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 from dynaforge.generate.stage import generation_device
-from dynaforge.machine import local_rank_device
+from dynaforge.machine import indexed_device, local_rank_device
 
 
 @pytest.fixture
@@ -43,3 +44,12 @@ def test_auto_without_cuda_is_the_cpu_on_every_rank(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert generation_device("auto") == torch.device("cpu")
+
+
+def test_training_names_its_gpu_by_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found on an H100: torch.cuda.set_device(torch.device("cuda")) raises, so `train.device=cuda` failed
+    # before the first step. The engine names the current GPU by its index.
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    assert indexed_device(torch.device("cuda")) == torch.device("cuda", 2)
+    assert indexed_device(torch.device("cuda", 1)) == torch.device("cuda", 1)
+    assert indexed_device(torch.device("cpu")) == torch.device("cpu")

@@ -37,6 +37,7 @@ from dynaforge.config import (
     resolve_device,
 )
 from dynaforge.errors import RunError
+from dynaforge.machine import indexed_device
 from dynaforge.runs import CHECKPOINT_VERSION, run_folder, save_checkpoint
 from dynaforge.train.capture import StepGraph, compiled_or_eager, release_memory_if_short
 from dynaforge.train.checkpoint import (
@@ -127,7 +128,7 @@ class Engine:
         self.resume_from = checkpoint_to_resume(self.run, config, resume, overwrite)
         self.progress = progress
         self.profile_steps = profile_steps
-        self.device = torch.device(resolve_device(rank_device(self.settings.device)))
+        self.device = indexed_device(torch.device(resolve_device(rank_device(self.settings.device))))
         check_determinism_environment(self.settings, self.device, settings_key)
         self.cluster = join_cluster(self.device)
         if self.cluster.distributed and not task.data_parallel:

@@ -37,7 +37,13 @@ from dynaforge.systems.base import (
     grid_coordinates,
     rows_from_seeds,
 )
-from dynaforge.systems.batching import block_samples, pad_rows, rows_for_lanes, sample_blocks
+from dynaforge.systems.batching import (
+    block_samples,
+    block_values_for,
+    pad_rows,
+    rows_for_lanes,
+    sample_blocks,
+)
 from dynaforge.systems.pde.etdrk import ETDCoefficients, etd_coefficients
 from dynaforge.systems.pde.initial import FAMILIES as INITIAL_FAMILIES
 from dynaforge.threads import run_pieces, serialised
@@ -316,10 +322,12 @@ class SpectralSystem:
             return lanes
         return math.lcm(lanes, FFT_TRANSFORM_GROUP // math.gcd(FFT_TRANSFORM_GROUP, self.channels))
 
-    def block_samples(self) -> int:
-        """Samples per block of a rollout (from the grid alone; see `BLOCK_VALUES`)."""
+    def block_samples(self, device: torch.device | None = None) -> int:
+        """Samples per block of a rollout on `device` (default the CPU): from the grid and the device kind
+        alone (`BLOCK_VALUES` on the CPU, `batching.GPU_BLOCK_VALUES` on a GPU)."""
         values = self.channels * math.prod(self.shape)
-        return block_samples(values, BLOCK_VALUES[self.ndim], self.lane_rows())
+        budget = block_values_for(device or torch.device("cpu"), BLOCK_VALUES[self.ndim])
+        return block_samples(values, budget, self.lane_rows())
 
     def rollout(
         self,
@@ -371,7 +379,7 @@ class SpectralSystem:
                 if report is not None:
                     report(count)
 
-        blocks = sample_blocks(initial.shape[0], self.block_samples())
+        blocks = sample_blocks(initial.shape[0], self.block_samples(device))
         if device.type == "cpu":
             run_pieces(run_block, blocks)
         else:  # one device stream: the thread count does not touch the arithmetic
