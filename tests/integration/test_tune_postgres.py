@@ -7,6 +7,7 @@ import glob
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,9 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 pytest.importorskip("psycopg", reason="the PostgreSQL driver (the `postgres` extra) is not installed")
+
+import sqlalchemy  # noqa: E402
+from sqlalchemy.pool import NullPool  # noqa: E402
 
 from dynaforge.cli import main  # noqa: E402
 from tests.conftest import CONFIGS  # noqa: E402
@@ -112,13 +116,36 @@ def files_under(*folders: Path) -> list[Path]:
     return [path for folder in folders for path in folder.rglob("*") if path.is_file()]
 
 
+def first_trial_started(url: str, password: str, timeout: float = 120.0) -> None:
+    """Wait until the study holds a trial whose objective has begun (its `pid` attribute is set: the
+    process has released its claim lock by then, see `tune.study.run_trials`). Plain SQL on Optuna's
+    tables: an Optuna storage here would create the tables while the tune process does (which PostgreSQL
+    refuses)."""
+    engine = sqlalchemy.create_engine(url, connect_args={"password": password}, poolclass=NullPool)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            with engine.connect() as connection:
+                if connection.execute(
+                    sqlalchemy.text("SELECT to_regclass('trial_user_attributes')")
+                ).scalar():
+                    query = "SELECT count(*) FROM trial_user_attributes WHERE key = 'pid'"
+                    if connection.execute(sqlalchemy.text(query)).scalar():
+                        return
+            time.sleep(0.05)
+    finally:
+        engine.dispose()
+    raise AssertionError(f"no trial started within {timeout:g} s")
+
+
 @pytest.mark.slow
 def test_two_processes_share_a_postgresql_study(tmp_path: Path, tiny_data: Path, postgres: Server) -> None:
+    # Heartbeats every 60 s: the first process is paused below, and must not look dead meanwhile.
     config = write_config(
         tmp_path / "pg.yaml",
         CONFIGS / "tiny.yaml",
         {"train": {"epochs": 1, "device": "cpu"}},
-        {"space": SPACE, "plots": False, "pruner": {"name": "none"}, "heartbeat": 2},
+        {"space": SPACE, "plots": False, "pruner": {"name": "none"}, "heartbeat": 60},
     )
     trials = 4
     env = {
@@ -130,27 +157,37 @@ def test_two_processes_share_a_postgresql_study(tmp_path: Path, tiny_data: Path,
     # One study folder per process, as on two machines: the database alone is shared.
     folders = [tmp_path / f"machine{i}" for i in range(2)]
     outputs = [tmp_path / f"machine{i}.out" for i in range(2)]
-    processes = []
-    for folder, output in zip(folders, outputs, strict=True):
+
+    def start(folder: Path, output: Path) -> subprocess.Popen:
         args = ["tune", str(config), "--trials", str(trials), "--out", str(folder), "--data", str(tiny_data)]
         with open(output, "w") as stream:
-            processes.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "dynaforge.cli", *args, "--storage", postgres.url],
-                    env=env,
-                    stdout=stream,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                )
+            return subprocess.Popen(
+                [sys.executable, "-m", "dynaforge.cli", *args, "--storage", postgres.url],
+                env=env,
+                stdout=stream,
+                stderr=subprocess.STDOUT,
+                text=True,
             )
+
+    # Deterministic interleaving (a race left to the scheduler made the second process sometimes arrive
+    # after the first had run every trial): the first process is paused inside its first trial, the second
+    # runs while that trial is RUNNING (and must count it), then the first finishes it and finds the study
+    # complete.
     started = time.monotonic()
+    processes = [start(folders[0], outputs[0])]
     try:
-        for process, output in zip(processes, outputs, strict=True):
-            process.wait(timeout=180)
-            assert process.returncode == 0, output.read_text()
+        first_trial_started(postgres.url, postgres.password)
+        processes[0].send_signal(signal.SIGSTOP)
+        processes.append(start(folders[1], outputs[1]))
+        processes[1].wait(timeout=180)
+        assert processes[1].returncode == 0, outputs[1].read_text()
+        processes[0].send_signal(signal.SIGCONT)
+        processes[0].wait(timeout=180)
+        assert processes[0].returncode == 0, outputs[0].read_text()
     finally:
         for process in processes:
             if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
                 process.kill()
                 process.wait()
     print(f"two tune processes: {time.monotonic() - started:.1f} s")
@@ -167,7 +204,9 @@ def test_two_processes_share_a_postgresql_study(tmp_path: Path, tiny_data: Path,
     assert len(numbers) == len(set(numbers))
     assert [t.state for t in trials_run] == [optuna.trial.TrialState.COMPLETE] * trials
     assert attrs["processes"] == 2
-    assert len({t.user_attrs["pid"] for t in trials_run}) == 2  # both worked on it
+    pids = [t.user_attrs["pid"] for t in trials_run]
+    # The paused process ran trial 0 alone; the second ran the other three while trial 0 was RUNNING.
+    assert pids[0] == processes[0].pid and pids[1:] == [processes[1].pid] * (trials - 1)
     # Each trial ran once, in one of the two study folders.
     runs = sorted(str(run.relative_to(folder)) for folder in folders for run in (folder / "trials").glob("*"))
     assert runs == sorted(t.user_attrs["run"] for t in trials_run)
