@@ -167,6 +167,24 @@ def test_evaluate_takes_overrides_of_the_evaluate_section_only(
     assert "evaluate.checkpoint" in capsys.readouterr().err
 
 
+def test_evaluate_reads_only_the_test_samples_asked_for(
+    tiny_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = json.loads((tiny_root / "run" / "eval" / "metrics.json").read_text())
+    run = tmp_path / "run"
+    shutil.copytree(tiny_root / "run", run)
+    assert main(["-q", "evaluate", str(run), "evaluate.test_samples=2"]) == 0
+    metrics = json.loads((run / "eval" / "metrics.json").read_text())
+    assert metrics["test_samples"] == 2 < full["test_samples"]
+    # each trajectory's rollout is its own: the first two score as they did among all (batch composition
+    # differs, so last bits may too)
+    assert metrics["sample_nrmse"] == pytest.approx(full["sample_nrmse"][:2], rel=1e-5)
+    capsys.readouterr()
+    assert main(["-q", "evaluate", str(run), f"evaluate.test_samples={full['test_samples'] + 1}"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("error:") == 1 and f"which holds {full['test_samples']}" in error
+
+
 def test_evaluate_names_the_fix_for_a_missing_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-q", "evaluate", str(tmp_path / "nothing")]) == 2
     assert "dynaforge train" in capsys.readouterr().err

@@ -54,6 +54,7 @@ def test_pdebench_tensor_file_reads_with_pdebench_splits(advection_file: Path) -
     np.testing.assert_array_equal(test.fields, fields[:2, ..., None])
     np.testing.assert_array_equal(dataset.read_split("val").fields, fields[2:4, ..., None])
     np.testing.assert_array_equal(dataset.read_split("train").fields, fields[4:, ..., None])
+    np.testing.assert_array_equal(dataset.read_split("train", 3).fields, fields[4:7, ..., None])
     np.testing.assert_allclose(test.time, t[:12].astype(np.float32))  # T + 1 stored, T frames
     np.testing.assert_allclose(test.coords["x"][1], x.astype(np.float32))
     train = fields[4:].astype(np.float64)

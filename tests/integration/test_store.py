@@ -240,3 +240,17 @@ def test_a_foreign_folder_is_never_written_into(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="not empty"):
         generate(tiny(), tmp_path, progress=False)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_the_first_samples_of_a_split_are_read_alone(tiny_data: Path) -> None:
+    dataset = DatasetFolder(tiny_data)
+    whole = dataset.read_split("train")
+    assert len(dataset.split_records("train")) > 1  # the count below ends inside the second shard
+    first = dataset.read_split("train", 5)
+    for name in ("fields", "params", "seeds"):
+        np.testing.assert_array_equal(getattr(first, name), getattr(whole, name)[:5])
+    assert first.coords.keys() == whole.coords.keys()
+    for axis, values in first.coords.items():
+        np.testing.assert_array_equal(values, whole.coords[axis][:5])
+    with pytest.raises(DatasetError, match="9 samples asked of split 'train'"):
+        dataset.read_split("train", 9)

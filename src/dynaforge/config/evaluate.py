@@ -30,6 +30,9 @@ class EvaluateConfig:
     """The correlation time is the time until the correlation with the truth drops below this."""
     gmean_horizon: int | None = checked(None, check=AT_LEAST_ONE)
     """Predicted frames the geometric mean of the rollout nRMSE covers (APEBench uses 100); null: all."""
+    test_samples: int | None = checked(None, check=AT_LEAST_ONE)
+    """Test trajectories evaluated: the first this many of the test split, and only their shards are read
+    (for test splits too large to hold); null: all of them."""
     worst_samples: int = checked(3, check=NON_NEGATIVE)
     """Test trajectories with the largest rollout nRMSE listed (and drawn) in the report."""
 

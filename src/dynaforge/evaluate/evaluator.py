@@ -146,7 +146,7 @@ def evaluate(
     dataset = DatasetFolder(dataset_root(checkpoint, data))
     if "data_identity" in checkpoint:  # runs trained before it was recorded: check_compatible only
         check_same_data(DataIdentity.from_dict(checkpoint["data_identity"]), dataset, str(folder.root))
-    test = dataset.read_split("test")
+    test = dataset.read_split("test", config.test_samples)
     check_compatible(test.fields, shape, dataset.root)
     stride, batch_size = trained.data.stride, trained.data.batch_size
     settings = metric_settings(config, dataset, test, shape, stride)

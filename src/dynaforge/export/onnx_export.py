@@ -302,9 +302,13 @@ def real_frames(state: dict[str, Any], shape: ModelShape, data: str | Path | Non
             f"the dataset {root} the run was trained on is not here; the real-input check needs one: pass "
             "--data DIR (a dataset of the same system and grid)"
         )
-    fields = DatasetFolder(root).read_split("test").fields[:REAL_SAMPLES]  # (N, T, *space, C)
-    if fields.shape[0] == 0:
+    dataset = DatasetFolder(root)
+    if dataset.split_size("test") == 0:
         raise ExportError(f"{root} has an empty test split; pass --data with a dataset that has test samples")
+    # only the first samples' shards are read, not the whole split
+    fields = dataset.read_split(
+        "test", min(REAL_SAMPLES, dataset.split_size("test"))
+    ).fields  # (N, T, *space, C)
     channels_first = np.moveaxis(fields, -1, 2)[:, : shape.history]  # (N, history, C, *space)
     normalizer = Normalizer.from_stats(state["normalization"])
     frames = torch.as_tensor(np.ascontiguousarray(channels_first), dtype=torch.float32)

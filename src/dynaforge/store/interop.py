@@ -171,10 +171,11 @@ class ForeignDataset:
             coords={axis: np.broadcast_to(c, (n, len(c))).copy() for axis, c in layout.coords.items()},
         )
 
-    def read_split(self, split: str) -> SplitArrays:
+    def read_split(self, split: str, samples: int | None = None) -> SplitArrays:
+        """The split's samples in order, all of them or the first `samples` (only those are read)."""
         if self.split_size(split) == 0:
             raise DatasetError(f"split {split!r} of {self.root} has no samples (fractions {self.fractions})")
-        return self.sample_arrays(self.read_fields(split))
+        return self.sample_arrays(self.read_fields(split, 0, samples))
 
     def source_indices(self, split: str) -> np.ndarray:
         """Each sample's index in the file (sorted group order for per-sample groups), int64."""

@@ -148,24 +148,35 @@ class DatasetFolder:
         shape = self.manifest["shape"]
         return self.split_size(split) * shape["frames"] * math.prod(shape["space"]) * shape["channels"] * 4
 
-    def read_split(self, split: str) -> SplitArrays:
+    def read_split(self, split: str, samples: int | None = None) -> SplitArrays:
+        """The split's samples in order, all of them or the first `samples` (only their shards are read)."""
+        if samples is not None and not 1 <= samples <= self.split_size(split):
+            raise DatasetError(
+                f"{samples} samples asked of split {split!r} of {self.root}, which holds "
+                f"{self.split_size(split)}"
+            )
         if self.foreign is not None:
-            return self.foreign.read_split(split)
+            return self.foreign.read_split(split, samples)
         parts: dict[str, list[np.ndarray]] = {"fields": [], "params": [], "seeds": []}
         coords: dict[str, list[np.ndarray]] = {}
         time, names = None, None
+        left = self.split_size(split) if samples is None else samples
         for record in self.split_records(split):
+            if left == 0:
+                break
             path = self.root / record["file"]
             with h5py.File(path, "r") as h5:
                 if problem := shard_shape_problem(path, h5, record, self.manifest["shape"]):
                     raise DatasetError(f"{problem}; {repair_hint(self.root, self.manifest)}")
+                take = min(left, record["stop"] - record["start"])
                 for key in parts:
-                    parts[key].append(h5[key][...])
+                    parts[key].append(h5[key][:take])
                 for axis in [str(a) for a in h5.attrs.get("axis_names", AXIS_NAMES)]:
                     if axis in h5:
-                        coords.setdefault(axis, []).append(h5[axis][...])
+                        coords.setdefault(axis, []).append(h5[axis][:take])
                 time = h5["time"][...]
                 names = tuple(n.decode() if isinstance(n, bytes) else str(n) for n in h5["param_names"][...])
+                left -= take
         if time is None:
             raise DatasetError(f"split {split!r} of {self.root} has no samples")
         return SplitArrays(
