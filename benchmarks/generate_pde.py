@@ -6,7 +6,9 @@ Ten cases, every PDE exponax also solves, each at a small and a large grid, all 
 dt 0.002); KS 1D N = 200 (L = 100) and N = 512 (L = 256); KS 2D 64^2 (L = 32) and 128^2 (L = 64);
 Navier-Stokes 2D 128^2 (nu 1e-3) and 256^2 (nu 5e-4, dt 0.005); Gray-Scott 64^2 and 128^2 (Pearson's
 defaults, dt 1). Each runs at 1 and 2 threads (`--threads 1,2`: one process per count, since XLA reads its
-thread count once), with the machine named in every record (`benchmarks/machine.py`).
+thread count once), with the machine named in every record (`benchmarks/machine.py`). Below the machine's
+core count the process is held to that many cores (`set_threads`): XLA's runtime otherwise spreads a
+"1-thread" rollout over two threads.
 
 The limit: `fft_floor` records every torch.fft call one step of one block makes (same shapes, strides and
 dtypes) and replays them alone; each record's `limit` holds the sample-steps/s those transforms allow and
@@ -353,7 +355,7 @@ def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tenso
     }
 
 
-def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
+def run_case(case: Case, repeats: int, machine: str, cores: str) -> list[dict[str, object]]:
     system = dynaforge_system(case)
     params, initial64 = initial_batch(system, case.samples)
     initial = initial64.to(torch.float32)
@@ -425,7 +427,7 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
         f"torch {torch.__version__} with {threads} intra-op threads, subnormals flushed in dynaforge's runs "
         f"as its generate stage does (XLA flushes them too), "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')!r}, Python {platform.python_version()}, "
-        f"{platform.machine()} with {os.cpu_count()} cores; {load_note()} when written"
+        f"{platform.machine()} with {os.cpu_count()} cores, {cores}; {load_note(machine)} when written"
     )
     accuracy = (
         f"max |dynaforge - exponax| = {diff_all:.2e} over all {case.steps + 1} frames (t <= {horizon:g}), "
@@ -443,13 +445,15 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
             "dynaforge": dyn_rate,
             "baseline_value": exp_rate,
             "ratio": dyn_rate / exp_rate,
-            "machine": machine_name(),
+            "machine": machine,
             "limit": limit,
             "notes": (
                 f"{limit_note}; medians of {repeats} interleaved runs: dynaforge {batched.median:.4f} s (first "
                 f"call {batched.warmup:.4f} s), exponax {exp_timing.median:.4f} s (first call incl. JIT "
                 f"{exp_timing.warmup:.4f} s); process CPU time medians dynaforge {batched.cpu_median:.4f} s, "
                 f"exponax {exp_timing.cpu_median:.4f} s (ratio {exp_timing.cpu_median / batched.cpu_median:.2f}); "
+                f"every timed run (s): dynaforge {', '.join(f'{t:.3f}' for t in batched.runs)}, exponax "
+                f"{', '.join(f'{t:.3f}' for t in exp_timing.runs)}; "
                 f"{accuracy}; {environment}"
             ),
         }
@@ -470,7 +474,7 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
                 "dynaforge": dyn_rate,
                 "baseline_value": loop_rate,
                 "ratio": dyn_rate / loop_rate,
-                "machine": machine_name(),
+                "machine": machine,
                 "limit": limit,
                 "notes": (
                     f"dynaforge batched median of {repeats} runs {batched.median:.4f} s (first call "
@@ -482,14 +486,27 @@ def run_case(case: Case, repeats: int) -> list[dict[str, object]]:
     return records
 
 
-def set_threads(threads: int) -> None:
-    """Limit torch and XLA (which reads XLA_FLAGS when jax is first imported, later in this process)."""
+def set_threads(threads: int, hold: bool = True) -> str:
+    """Limit torch and XLA (which reads XLA_FLAGS when jax is first imported, later in this process), and
+    hold the process to `threads` cores when the machine has more; returns a note saying which.
+
+    The core limit is what makes "N threads" true for exponax: at 1 thread, with the flags below, XLA's CPU
+    runtime still ran a rollout on two `tf_XLAEigen` threads (KS N=200: 0.48-0.52 s of process CPU time for
+    0.37-0.40 s of wall time on a 2-core Xeon), and held to one core it took the same wall time (0.366 s,
+    CPU time = wall time): the second core did no useful work, but it was taken from whatever else ran.
+    """
 
     if "jax" in sys.modules:
         raise RuntimeError("set_threads must run before jax is imported")
     torch.set_num_threads(threads)
     flags = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} intra_op_parallelism_threads={threads}"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
+    if not hold or not allowed or threads >= len(allowed):
+        return f"all cores allowed ({len(allowed) or os.cpu_count()})"
+    cores = set(allowed[-threads:])  # threads started later (XLA's, torch's) inherit the mask
+    os.sched_setaffinity(0, cores)
+    return f"process held to core(s) {sorted(cores)} of {allowed} (os.sched_setaffinity), XLA's threads too"
 
 
 def main() -> None:
@@ -504,6 +521,11 @@ def main() -> None:
         "1,2); 0: each library's default",
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per solver (median reported)")
+    parser.add_argument(
+        "--all-cores",
+        action="store_true",
+        help="do not hold the process to --threads cores (how records before 2026-11-26 15:00 UTC were taken)",
+    )
     parser.add_argument(
         "--cases",
         default="",
@@ -528,15 +550,16 @@ def main() -> None:
             part = out.with_name(f"{out.stem}.threads{count}.json")
             forwarded = ["--threads", str(count), "--repeats", str(args.repeats), "--out", str(part)]
             forwarded += ["--quick"] * args.quick + (["--cases", args.cases] if args.cases else [])
+            forwarded += ["--all-cores"] * args.all_cores
             subprocess.run([sys.executable, __file__, *forwarded], check=True)
             records.extend(json.loads(part.read_text()))
             part.unlink()
     else:
-        if counts[0] > 0:
-            set_threads(counts[0])
+        machine = machine_name()  # before the process is held to fewer cores: the machine's count
+        cores = set_threads(counts[0], hold=not args.all_cores) if counts[0] > 0 else "all cores allowed"
         cases = [quick_case(c) for c in chosen] if args.quick else chosen
         repeats = 1 if args.quick else args.repeats
-        records = [record for case in cases for record in run_case(case, repeats)]
+        records = [record for case in cases for record in run_case(case, repeats, machine, cores)]
     if out.exists() and (args.cases or len(counts) == 1):  # keep the other records of an earlier run
         ran = {record["case"] for record in records}
         records = [r for r in json.loads(out.read_text()) if r["case"] not in ran] + records
