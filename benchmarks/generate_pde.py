@@ -6,7 +6,9 @@ Ten cases, every PDE exponax also solves, each at a small and a large grid, all 
 dt 0.002); KS 1D N = 200 (L = 100) and N = 512 (L = 256); KS 2D 64^2 (L = 32) and 128^2 (L = 64);
 Navier-Stokes 2D 128^2 (nu 1e-3) and 256^2 (nu 5e-4, dt 0.005); Gray-Scott 64^2 and 128^2 (Pearson's
 defaults, dt 1). Each runs at 1 and 2 threads (`--threads 1,2`: one process per count, since XLA reads its
-thread count once), with the machine named in every record (`benchmarks/machine.py`).
+thread count once), with the machine named in every record (`benchmarks/machine.py`). Below the machine's
+core count the process is held to that many cores (`set_threads`): XLA's runtime otherwise spreads a
+"1-thread" rollout over two threads.
 
 The limit: `fft_floor` records every torch.fft call one step of one block makes (same shapes, strides and
 dtypes) and replays them alone; each record's `limit` holds the sample-steps/s those transforms allow and
@@ -382,7 +384,9 @@ def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tenso
     }
 
 
-def run_case(case: Case, repeats: int, device: torch.device) -> list[dict[str, object]]:
+def run_case(
+    case: Case, repeats: int, device: torch.device, machine: str, cores: str
+) -> list[dict[str, object]]:
     system = dynaforge_system(case)
     params64, initial64 = initial_batch(system, case.samples)
     params, initial64 = params64.to(device), initial64.to(device)
@@ -468,7 +472,7 @@ def run_case(case: Case, repeats: int, device: torch.device) -> list[dict[str, o
         f"torch {torch.__version__} with {threads} intra-op threads, subnormals flushed in dynaforge's runs "
         f"as its generate stage does (XLA flushes them too), "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')!r}, Python {platform.python_version()}, "
-        f"{platform.machine()} with {os.cpu_count()} cores; {load_note()} when written"
+        f"{platform.machine()} with {os.cpu_count()} cores, {cores}; {load_note(machine)} when written"
         + (f"; both libraries on {device_name(device)} (jax devices {jax_devices()})" if on_gpu else "")
     )
     accuracy = (
@@ -487,13 +491,15 @@ def run_case(case: Case, repeats: int, device: torch.device) -> list[dict[str, o
             "dynaforge": dyn_rate,
             "baseline_value": exp_rate,
             "ratio": dyn_rate / exp_rate,
-            "machine": device_name(device) if on_gpu else machine_name(),
+            "machine": device_name(device) if on_gpu else machine,
             "limit": limit,
             "notes": (
                 f"{limit_note}; medians of {repeats} interleaved runs: dynaforge {batched.median:.4f} s (first "
                 f"call {batched.warmup:.4f} s), exponax {exp_timing.median:.4f} s (first call incl. JIT "
                 f"{exp_timing.warmup:.4f} s); process CPU time medians dynaforge {batched.cpu_median:.4f} s, "
                 f"exponax {exp_timing.cpu_median:.4f} s (ratio {exp_timing.cpu_median / batched.cpu_median:.2f}); "
+                f"every timed run (s): dynaforge {', '.join(f'{t:.3f}' for t in batched.runs)}, exponax "
+                f"{', '.join(f'{t:.3f}' for t in exp_timing.runs)}; "
                 f"{accuracy}; {environment}"
             ),
         }
@@ -514,7 +520,7 @@ def run_case(case: Case, repeats: int, device: torch.device) -> list[dict[str, o
                 "dynaforge": dyn_rate,
                 "baseline_value": loop_rate,
                 "ratio": dyn_rate / loop_rate,
-                "machine": machine_name(),
+                "machine": machine,
                 "limit": limit,
                 "notes": (
                     f"dynaforge batched median of {repeats} runs {batched.median:.4f} s (first call "
@@ -526,14 +532,27 @@ def run_case(case: Case, repeats: int, device: torch.device) -> list[dict[str, o
     return records
 
 
-def set_threads(threads: int) -> None:
-    """Limit torch and XLA (which reads XLA_FLAGS when jax is first imported, later in this process)."""
+def set_threads(threads: int, hold: bool = True) -> str:
+    """Limit torch and XLA (which reads XLA_FLAGS when jax is first imported, later in this process), and
+    hold the process to `threads` cores when the machine has more; returns a note saying which.
+
+    The core limit is what makes "N threads" true for exponax: at 1 thread, with the flags below, XLA's CPU
+    runtime still ran a rollout on two `tf_XLAEigen` threads (KS N=200: 0.48-0.52 s of process CPU time for
+    0.37-0.40 s of wall time on a 2-core Xeon), and held to one core it took the same wall time (0.366 s,
+    CPU time = wall time): the second core did no useful work, but it was taken from whatever else ran.
+    """
 
     if "jax" in sys.modules:
         raise RuntimeError("set_threads must run before jax is imported")
     torch.set_num_threads(threads)
     flags = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} intra_op_parallelism_threads={threads}"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
+    if not hold or not allowed or threads >= len(allowed):
+        return f"all cores allowed ({len(allowed) or os.cpu_count()})"
+    cores = set(allowed[-threads:])  # threads started later (XLA's, torch's) inherit the mask
+    os.sched_setaffinity(0, cores)
+    return f"process held to core(s) {sorted(cores)} of {allowed} (os.sched_setaffinity), XLA's threads too"
 
 
 def merged(earlier: list[dict], records: list[dict]) -> list[dict]:
@@ -567,6 +586,11 @@ def main() -> None:
         help="multiply every case's batch (a GPU needs larger batches than a 2-core CPU to fill it)",
     )
     parser.add_argument(
+        "--all-cores",
+        action="store_true",
+        help="do not hold the process to --threads cores (how records before 2026-11-26 15:00 UTC were taken)",
+    )
+    parser.add_argument(
         "--cases",
         default="",
         help=f"comma-separated case names to run (default all: {', '.join(c.name for c in CASES)}); the "
@@ -596,18 +620,19 @@ def main() -> None:
             forwarded = ["--threads", str(count), "--repeats", str(args.repeats), "--out", str(part)]
             forwarded += ["--quick"] * args.quick + (["--cases", args.cases] if args.cases else [])
             forwarded += ["--samples-scale", str(args.samples_scale)]
+            forwarded += ["--all-cores"] * args.all_cores
             subprocess.run([sys.executable, __file__, *forwarded], check=True)
             records.extend(json.loads(part.read_text()))
             part.unlink()
     else:
-        if counts[0] > 0:
-            set_threads(counts[0])
+        machine = machine_name()  # before the process is held to fewer cores: the machine's count
+        cores = set_threads(counts[0], hold=not args.all_cores) if counts[0] > 0 else "all cores allowed"
         cases = [quick_case(c) for c in chosen] if args.quick else chosen
         repeats = 1 if args.quick else args.repeats
         earlier = json.loads(out.read_text()) if out.exists() else []
         records = []
         for case in cases:  # written after every case: a run cut short keeps the cases it finished
-            records.extend(run_case(case, repeats, device))
+            records.extend(run_case(case, repeats, device, machine, cores))
             atomic_write_json(out, merged(earlier, records))
     if out.exists() and (args.cases or len(counts) == 1):  # keep the other records of an earlier run
         records = merged(json.loads(out.read_text()), records)

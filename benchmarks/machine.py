@@ -28,12 +28,13 @@ def machine_name() -> str:
     return f"{cpu_model()}, {vector}, {cores} cores"
 
 
-def load_note() -> str:
-    """The machine and the load averages when called, against the core count: near the benchmark's thread
+def load_note(machine: str | None = None) -> str:
+    """The machine (`machine_name()` unless given: a script that holds itself to fewer cores names the
+    machine before) and the load averages when called, against the core count: near the benchmark's thread
     count on a quiet machine; well above it, other jobs shared the cores and the timings are provisional."""
     one, five, fifteen = os.getloadavg()
     return (
-        f"{machine_name()}; load average {one:.1f}/{five:.1f}/{fifteen:.1f} (1/5/15 min) "
+        f"{machine or machine_name()}; load average {one:.1f}/{five:.1f}/{fifteen:.1f} (1/5/15 min) "
         f"on {os.cpu_count()} cores"
     )
 
