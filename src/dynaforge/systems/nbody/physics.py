@@ -157,8 +157,11 @@ def pair_gravity(
     eps2 = (params.softening * params.softening).view(-1, 1, 1)
     masses = params.masses
     batch, chunk = positions.shape[0], systems_per_chunk(positions.shape[1], positions.dtype)
-    chunks = [slice(i, i + chunk) for i in range(0, batch, chunk)]
+    chunks = [slice(i, i + chunk) for i in range(0, batch, chunk)] if batch > chunk else [slice(None)]
     if torch.is_grad_enabled() and any(t.requires_grad for t in (positions, masses, params.softening)):
+        if len(chunks) == 1:
+            acc, potential = pair_terms_differentiable(x, masses, eps2, forces)
+            return (acc.transpose(1, 2) if acc is not None else None), potential
         parts = [pair_terms_differentiable(x[c], masses[c], eps2[c], forces) for c in chunks]
         potential = torch.cat([p[1] for p in parts])
         acc = torch.cat([p[0] for p in parts]).transpose(1, 2) if forces else None
@@ -166,6 +169,11 @@ def pair_gravity(
     acc = torch.empty_like(positions) if forces else None  # (B, N, 3), written chunk by chunk
     potential = positions.new_empty(batch)
     scratch = PairScratch.allocate(min(chunk, batch), x.shape[-1], x.dtype, x.device)
+    if len(chunks) == 1:
+        pair_terms_in_place(
+            x, masses, eps2, scratch, acc.transpose(1, 2) if acc is not None else None, potential
+        )
+        return acc, potential
     for c in chunks:
         out = acc[c].transpose(1, 2) if acc is not None else None
         pair_terms_in_place(x[c], masses[c], eps2[c], scratch, out, potential[c])
@@ -204,9 +212,9 @@ def pair_terms_in_place(
     """`pair_terms_differentiable` when no gradient is asked for, operation for operation and bit for bit,
     writing into `acc` (None: no forces) and `potential` and overwriting `scratch` (a hot loop: no
     allocation of pair tensors)."""
-    d, r2, pairs = scratch.first(x.shape[0])
+    d, r2, pairs = scratch if x.shape[0] == scratch.distances.shape[0] else scratch.first(x.shape[0])
     torch.sub(x.unsqueeze(-2), x.unsqueeze(-1), out=d)  # d[c, k, i, j] = x_jk - x_ik
-    dx, dy, dz = d.unbind(1)
+    dx, dy, dz = d[:, 0], d[:, 1], d[:, 2]  # not unbind: measured several times slower in inference mode
     torch.mul(dx, dx, out=r2)
     r2.add_(torch.mul(dy, dy, out=pairs))
     r2.add_(torch.mul(dz, dz, out=pairs)).add_(eps2)
