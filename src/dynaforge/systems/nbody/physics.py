@@ -128,7 +128,7 @@ def off_diagonal(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
 
 PAIR_CHUNK_BYTES = 1 << 20
 """Size of the pair separations of one chunk of systems in a force evaluation. The evaluation makes about
-ten passes over its pair tensors; chunks of this size keep them in a core's L2 cache between the passes
+twenty passes over its pair tensors; chunks of this size keep them in a core's L2 cache between the passes
 instead of streaming them from memory (docs/nbody.md, "Batched throughput")."""
 
 
@@ -181,8 +181,8 @@ def pair_gravity(
 
 
 class PairScratch(NamedTuple):
-    """The pair tensors of one chunk, allocated once per force evaluation and reused by every chunk (fresh
-    buffers per chunk cost page faults that were measured to dominate the separations' pass)."""
+    """The pair tensors of one chunk, allocated once per force evaluation and reused by every chunk: fresh
+    memory for every chunk slows the first pass over it several times (docs/nbody.md)."""
 
     separations: Float[Tensor, "chunk 3 bodies bodies"]
     distances: Float[Tensor, "chunk bodies bodies"]
@@ -214,7 +214,7 @@ def pair_terms_in_place(
     allocation of pair tensors)."""
     d, r2, pairs = scratch if x.shape[0] == scratch.distances.shape[0] else scratch.first(x.shape[0])
     torch.sub(x.unsqueeze(-2), x.unsqueeze(-1), out=d)  # d[c, k, i, j] = x_jk - x_ik
-    dx, dy, dz = d[:, 0], d[:, 1], d[:, 2]  # not unbind: measured several times slower in inference mode
+    dx, dy, dz = d[:, 0], d[:, 1], d[:, 2]  # not unbind, which is slow in inference mode
     torch.mul(dx, dx, out=r2)
     r2.add_(torch.mul(dy, dy, out=pairs))
     r2.add_(torch.mul(dz, dz, out=pairs)).add_(eps2)
