@@ -26,7 +26,8 @@ iterations are all included. Wall time per system is that of one run at the chos
 built-in energy monitor, REBOUND without monitor or counter (`integrate`).
 
 Throughput: 1,024 Plummer systems of 16 bodies, leapfrog at a fixed dt, dynaforge batched (one tensor
-program for all systems) against REBOUND one system at a time, both on one core (torch threads = 1).
+program for all systems; forces eager, `gravity`, or compiled, `CompiledGravity`) against REBOUND one system
+at a time, both on one core (torch threads = 1), each the best of three interleaved timed runs.
 
     python benchmarks/nbody_timestep.py [--quick] [--model-yoshida4 RUN] [--model-yoshida6 RUN]
     python benchmarks/nbody_timestep.py --tables [RESULTS.json]     # the markdown tables of the docs
@@ -66,6 +67,7 @@ from dynaforge.systems.nbody.initial import (
 from dynaforge.systems.nbody.physics import (
     BodyParams,
     BodyState,
+    CompiledGravity,
     composition_step,
     energy,
     gravity,
@@ -410,39 +412,80 @@ def cheapest(
 # Throughput
 
 
-def throughput(systems: int, bodies: int, steps: int, sequential_systems: int) -> tuple[float, float, float]:
-    """System-steps per second of leapfrog at fixed dt: dynaforge with all systems in one batch, dynaforge
-    one system at a time, and REBOUND (leapfrog, C) one system at a time."""
+class Throughput(NamedTuple):
+    """System-steps per second (the best of `repeats` timed runs each, warm-up and compilation excluded)."""
+
+    batched: float
+    """dynaforge, all systems in one batch, eager forces (`gravity`)."""
+    compiled: float
+    """dynaforge, all systems in one batch, `CompiledGravity`."""
+    sequential: float
+    """dynaforge one system at a time (eager)."""
+    rebound: float
+    """REBOUND leapfrog one system at a time."""
+    compile_seconds: float
+    """The compiled kernel's first call (compilation included)."""
+
+
+def throughput(
+    systems: int, bodies: int, steps: int, sequential_systems: int, repeats: int = 3
+) -> Throughput:
+    """System-steps per second of leapfrog at fixed dt: dynaforge with all systems in one batch (eager and
+    compiled forces), dynaforge one system at a time, and REBOUND (leapfrog, C) one system at a time. Each
+    is timed `repeats` times, interleaved, and its best run kept (other jobs on a shared machine only ever
+    slow a run down)."""
     rng = np.random.default_rng(0)
     drawn = [plummer_sphere(bodies, rng, 0.05) for _ in range(systems)]
     x = torch.as_tensor(np.stack([b.positions for b in drawn]), dtype=torch.float64)
     v = torch.as_tensor(np.stack([b.velocities for b in drawn]), dtype=torch.float64)
     m = torch.as_tensor(np.stack([b.masses for b in drawn]), dtype=torch.float64)
     dt = 1e-3
+    compiled = CompiledGravity()
 
-    def advance(state: BodyState, params: BodyParams, n: int) -> None:
-        g = gravity(state.positions, params)
+    def advance(state: BodyState, params: BodyParams, n: int, forces: Callable = gravity) -> None:
+        g = forces(state.positions, params)
         step = torch.full((state.positions.shape[0],), dt, dtype=torch.float64)
         for _ in range(n):
-            state, g = composition_step(state, g, params, step, LEAPFROG)
+            state, g = composition_step(state, g, params, step, LEAPFROG, forces)
 
+    def rebound_all() -> None:
+        kind = REBOUND_INTEGRATORS["leapfrog"]
+        for b in drawn:
+            sim = rebound_simulation(Case("", b, 0.05, steps * dt, ""), kind, dt)
+            sim.steps(steps)
+
+    def timed(run: Callable[[], None]) -> float:
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start
+
+    best = {"batched": math.inf, "compiled": math.inf, "sequential": math.inf, "rebound": math.inf}
     with torch.inference_mode():
         params = make_params(m, 0.05)
         advance(BodyState(x, v), params, 2)  # warm-up
-        start = time.perf_counter()
-        advance(BodyState(x, v), params, steps)
-        batched = systems * steps / (time.perf_counter() - start)
-        start = time.perf_counter()
-        for i in range(sequential_systems):
-            advance(BodyState(x[i : i + 1], v[i : i + 1]), make_params(m[i : i + 1], 0.05), steps)
-        sequential = sequential_systems * steps / (time.perf_counter() - start)
-    kind = REBOUND_INTEGRATORS["leapfrog"]
-    start = time.perf_counter()
-    for b in drawn:
-        sim = rebound_simulation(Case("", b, 0.05, steps * dt, ""), kind, dt)
-        sim.steps(steps)
-    reb = systems * steps / (time.perf_counter() - start)
-    return batched, sequential, reb
+        compile_seconds = timed(lambda: compiled(x, params))
+        for _ in range(repeats):
+            best["batched"] = min(best["batched"], timed(lambda: advance(BodyState(x, v), params, steps)))
+            best["compiled"] = min(
+                best["compiled"], timed(lambda: advance(BodyState(x, v), params, steps, compiled))
+            )
+            best["sequential"] = min(
+                best["sequential"],
+                timed(
+                    lambda: [
+                        advance(BodyState(x[i : i + 1], v[i : i + 1]), make_params(m[i : i + 1], 0.05), steps)
+                        for i in range(sequential_systems)
+                    ]
+                ),
+            )
+            best["rebound"] = min(best["rebound"], timed(rebound_all))
+    return Throughput(
+        systems * steps / best["batched"],
+        systems * steps / best["compiled"],
+        sequential_systems * steps / best["sequential"],
+        systems * steps / best["rebound"],
+        compile_seconds,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -540,28 +583,39 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         systems, steps = (64, 20) if args.quick else (1024, 100)
         sequential_systems = 16 if args.quick else 64
-        batched, sequential, reb = throughput(systems, 16, steps, sequential_systems)
+        rates = throughput(systems, 16, steps, sequential_systems, repeats=1 if args.quick else 3)
         print(
-            f"throughput: batched {batched:.3g}, one at a time {sequential:.3g}, REBOUND {reb:.3g} system-steps/s"
+            f"throughput: batched {rates.batched:.3g}, compiled {rates.compiled:.3g}, one at a time "
+            f"{rates.sequential:.3g}, REBOUND {rates.rebound:.3g} system-steps/s"
         )
-        for label, value in (
-            ("REBOUND leapfrog one system at a time", reb),
-            ("dynaforge one system at a time", sequential),
+        common = (
+            f"dynaforge: all {systems} systems in one batch, KDK leapfrog, fixed dt 1e-3, eps 0.05, {steps} "
+            f"steps, forces `gravity` (eager) or `CompiledGravity` (torch.compile, first call "
+            f"{rates.compile_seconds:.1f} s, excluded); REBOUND: leapfrog (DKD, same dt and softening), "
+            f"`steps({steps})` per system; dynaforge one at a time measured on the first {sequential_systems} "
+            f"systems; each the best of {1 if args.quick else 3} interleaved timed runs; {load_note()} (other "
+            f"jobs may share the machine: timings are noisy)"
+        )
+        for mode, value in (
+            ("batched, eager forces", rates.batched),
+            ("batched, compiled forces", rates.compiled),
         ):
-            records.append(
-                {
-                    "case": f"throughput: leapfrog, {systems} Plummer systems of 16 bodies, float64, one thread",
-                    "baseline": label,
-                    "metric": "system-steps/s",
-                    "dynaforge": batched,
-                    "baseline_value": value,
-                    "ratio": batched / value,
-                    "notes": f"dynaforge: all {systems} systems in one batch, KDK leapfrog, fixed dt 1e-3, eps 0.05, "
-                    f"{steps} steps; REBOUND: leapfrog (DKD, same dt and softening), `steps({steps})` per system; "
-                    f"dynaforge one at a time measured on the first {sequential_systems} systems; "
-                    f"{load_note()} (other jobs shared the machine: timings are noisy)",
-                }
-            )
+            for label, baseline in (
+                ("REBOUND leapfrog one system at a time", rates.rebound),
+                ("dynaforge one system at a time", rates.sequential),
+            ):
+                records.append(
+                    {
+                        "case": f"throughput: leapfrog, {systems} Plummer systems of 16 bodies, float64, one thread",
+                        "baseline": label,
+                        "metric": "system-steps/s",
+                        "dynaforge_mode": mode,
+                        "dynaforge": value,
+                        "baseline_value": baseline,
+                        "ratio": value / baseline,
+                        "notes": common,
+                    }
+                )
     atomic_write_json(args.out, records)
     print(f"wrote {args.out}")
     return 0
