@@ -12,8 +12,9 @@ initial fields and noise streams:
 - baseline: one operator at a time, eager float32, contiguous layout, realizations batched
   (`random_cnn.reference_rollout`, the definition of a trajectory); run with subnormals flushed like the
   engines, so that no contender is slowed by them;
-- dynaforge `fused` (the default): one operator at a time, its M realizations together, bf16 channels-last
-  convolutions with fp32 state and noise, normalisation + activation + residual + periodic padding fused by
+- dynaforge `fused` (the default): one operator at a time, its M realizations together, channels-last
+  convolutions in the precision `precision: auto` picks for the machine (bf16 with bf16 matrix units, AMX or
+  tensor cores; float32 elsewhere) with fp32 state and noise, normalisation + activation + residual + periodic padding fused by
   torch.compile into two passes per layer. How it groups: operators are grouped by architecture only to
   share one compiled graph per architecture (compiled once, outside the timed rounds: the first-call time is
   reported apart); the speed per operator does not depend on how many operators share an architecture;
@@ -23,7 +24,7 @@ initial fields and noise streams:
 Checks: the float32 fused engine reproduces the baseline (relative max difference over the first steps);
 bf16 agrees with the float32 baseline over a short horizon to bf16 precision; the per-trajectory feature
 distributions of the bf16 and float32 datasets agree (two-sample Kolmogorov-Smirnov test per feature, all
-p >= 0.01). The bf16 convolution peak of this machine is measured in the same run, and the convolution FLOPs
+p >= 0.01). The convolution peak of this machine in the precision the engine uses is measured in the same run, and the convolution FLOPs
 the generator sustains are reported as a fraction of it, both in process CPU time (with one thread, the
 wall time of a quiet core; wall times on the shared machine mostly measure the other jobs). The same
 operators' convolutions alone are timed too: their share of generation's CPU time, and the speed-up
@@ -60,7 +61,7 @@ from dynaforge.config import load_config
 from dynaforge.floating import flush_denormals
 from dynaforge.systems import build_system
 from dynaforge.systems.random_cnn.features import feature_names, trajectory_features
-from dynaforge.systems.random_cnn.grouped import OperatorBatch, generate_operators
+from dynaforge.systems.random_cnn.grouped import OperatorBatch, conv_dtype, generate_operators
 from dynaforge.systems.random_cnn.operator import ACTIVATIONS, Architecture, architecture_of
 from dynaforge.systems.random_cnn.reference import RandomCNN, reference_rollout
 from dynaforge.systems.random_cnn.system import RandomCNNSystem
@@ -92,15 +93,19 @@ def conv_flops(arch: Architecture, cells: int, realizations: int) -> int:
     return 2 * flops * cells * realizations
 
 
-def measure_bf16_conv_peak(repeats: int) -> tuple[float, float]:
-    """GFLOP/s of a large 3x3 bf16 channels-last convolution, best of `repeats`: (wall, CPU time).
+PRECISION_NAMES = {torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def measure_conv_peak(repeats: int, dtype: torch.dtype) -> tuple[float, float]:
+    """GFLOP/s of a large 3x3 channels-last convolution in `dtype` (the precision generation uses), best of
+    `repeats`: (wall, CPU time).
 
     The CPU-time figure is the one to compare with: on a shared machine the best wall time of a 0.1 s
     convolution still includes time the process spent descheduled (measured here: 560 GFLOP/s wall against
     1460 CPU on a loaded machine, one thread).
     """
-    x = torch.randn(16, 128, 64, 64, dtype=torch.float32).to(torch.bfloat16)
-    w = torch.randn(128, 128, 3, 3, dtype=torch.float32).to(torch.bfloat16)
+    x = torch.randn(16, 128, 64, 64, dtype=torch.float32).to(dtype)
+    w = torch.randn(128, 128, 3, 3, dtype=torch.float32).to(dtype)
     x, w = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
     flops = 2 * 16 * 128 * 128 * 9 * 64 * 64
     best_wall = best_cpu = float("inf")
@@ -115,9 +120,9 @@ def measure_bf16_conv_peak(repeats: int) -> tuple[float, float]:
 
 
 def convolutions_only_seconds(
-    batch: OperatorBatch, channels: int, resolution: int, m: int, steps: int
+    batch: OperatorBatch, channels: int, resolution: int, m: int, steps: int, dtype: torch.dtype
 ) -> float:
-    """CPU seconds the bf16 channels-last convolutions of these operators alone take for `steps` steps
+    """CPU seconds the channels-last convolutions (in `dtype`) of these operators alone take for `steps` steps
     (bias-free, on random inputs of the right shapes, best of 3): what generation would cost if the
     normalisation, activations, noise and copies were free."""
     total = 0.0
@@ -127,9 +132,9 @@ def convolutions_only_seconds(
             pad = 2 * (arch.kernel_size // 2)
             convs = []
             for i, layer in enumerate(layers):
-                weight = layer.weight.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+                weight = layer.weight.to(dtype).contiguous(memory_format=torch.channels_last)
                 size = resolution + (pad if i < len(layers) - 1 else 0)
-                x = torch.randn(m, weight.shape[1], size, size, dtype=torch.float32).to(torch.bfloat16)
+                x = torch.randn(m, weight.shape[1], size, size, dtype=torch.float32).to(dtype)
                 convs.append((x.contiguous(memory_format=torch.channels_last), weight))
             for x, weight in convs:
                 F.conv2d(x, weight)
@@ -145,12 +150,12 @@ def convolutions_only_seconds(
 
 
 def elementwise_floor_seconds(
-    batch: OperatorBatch, channels: int, resolution: int, m: int, steps: int
+    batch: OperatorBatch, channels: int, resolution: int, m: int, steps: int, dtype: torch.dtype
 ) -> tuple[float, float]:
     """CPU seconds of the least elementwise work generation must do besides its convolutions, for `steps`
     steps of these operators (best of 3 each): (a copy pass, an activation pass).
 
-    Every layer's output (stem and hidden layers, M x width x n x n in bf16 channels-last) has to be
+    Every layer's output (stem and hidden layers, M x width x n x n channels-last in `dtype`) has to be
     normalised and activated before the next convolution reads it; oneDNN cannot fuse a normalisation whose
     statistics span the whole grid into the convolution's epilogue, so each of those values is read and
     written at least once outside it. The copy pass is exactly that: one `copy_` of every value. The
@@ -177,12 +182,12 @@ def elementwise_floor_seconds(
             for width in arch.widths:
                 key = (arch.activation, width)
                 if key not in timings:
-                    y = torch.randn(m, width, resolution, resolution, dtype=torch.float32).to(torch.bfloat16)
+                    y = torch.randn(m, width, resolution, resolution, dtype=torch.float32).to(dtype)
                     y = y.contiguous(memory_format=torch.channels_last)
                     out = torch.empty_like(y)
                     act = ACTIVATIONS[arch.activation]
                     activate = torch.compile(
-                        lambda v, act=act: act(v.to(torch.float32)).to(torch.bfloat16), dynamic=False
+                        lambda v, act=act: act(v.to(torch.float32)).to(dtype), dynamic=False
                     )
                     timings[key] = (
                         best_of_3(lambda out=out, y=y: out.copy_(y)),
@@ -258,8 +263,14 @@ def run(args: argparse.Namespace) -> list[dict]:
         f"{n} operators x {m} realizations x {args.steps} steps, {args.resolution}^2, C={args.channels}: "
         f"{flops / 1e12:.2f} TFLOP of convolutions; {grouping}; {torch.get_num_threads()} threads"
     )
-    peak_wall, peak = measure_bf16_conv_peak(args.peak_repeats)
-    print(f"bf16 channels-last conv peak: {peak:.0f} GFLOP/s in CPU time ({peak_wall:.0f} in wall time)")
+    # The limits below are measured in the precision the main engine's convolutions use on this machine
+    # (`precision: auto` resolves to bf16 only with bf16 matrix units: docs/random_cnn.md).
+    dtype = conv_dtype(engines[args.engines[0]].config, "cpu")
+    precision = PRECISION_NAMES[dtype]
+    peak_wall, peak = measure_conv_peak(args.peak_repeats, dtype)
+    print(
+        f"{precision} channels-last conv peak: {peak:.0f} GFLOP/s in CPU time ({peak_wall:.0f} in wall time)"
+    )
 
     # First calls, apart: compilation (fused: one graph per architecture) and oneDNN primitive creation.
     first_call = {}
@@ -365,12 +376,14 @@ def run(args: argparse.Namespace) -> list[dict]:
     per_operator_step = wall[main] / (n * args.steps)
     per_operator_step_cpu = cpu_time[main] / (n * args.steps)
     sustained_cpu = flops / cpu_time[main] / 1e9
-    conv_only = convolutions_only_seconds(batch(), args.channels, args.resolution, m, args.steps)
+    conv_only = convolutions_only_seconds(batch(), args.channels, args.resolution, m, args.steps, dtype)
     print(
         f"convolutions alone: {conv_only:.2f} s CPU = {conv_only / cpu_time[main]:.0%} of generation's CPU time; "
         f"ratio ceiling if everything else were free: {cpu_time['baseline'] / conv_only:.1f}x"
     )
-    copy_floor, act_floor = elementwise_floor_seconds(batch(), args.channels, args.resolution, m, args.steps)
+    copy_floor, act_floor = elementwise_floor_seconds(
+        batch(), args.channels, args.resolution, m, args.steps, dtype
+    )
     budget = cpu_time["baseline"] / 10 - conv_only
     print(
         f"one copy pass over every activation value: {copy_floor:.2f} s CPU, the activation alone "
@@ -410,19 +423,20 @@ def run(args: argparse.Namespace) -> list[dict]:
     records += [
         {
             "case": case,
-            "baseline": "bf16 channels-last 3x3 conv peak measured in this run (16x128x64x64, 128->128), CPU time",
+            "baseline": f"{precision} channels-last 3x3 conv peak measured in this run (16x128x64x64, 128->128), "
+            "CPU time",
             "metric": "GFLOP/s of convolutions (CPU time)",
             "dynaforge": sustained_cpu,
             "baseline_value": peak,
             "ratio": sustained_cpu / peak,
-            "notes": f"{notes_common}; engine {main}; fraction of the measured bf16 conv peak sustained by "
+            "notes": f"{notes_common}; engine {main}; fraction of the measured {precision} conv peak (the precision generation uses here) sustained by "
             "generation (ratio), counting convolution FLOPs only, both in process CPU time (one thread); in "
             f"wall time {sustained:.0f} of {peak_wall:.0f} GFLOP/s = {sustained / peak_wall:.0%} (wall figures "
             "on a loaded machine: the peak's best-of-N wall time dodges the load less than a small op does)",
         },
         {
             "case": case,
-            "baseline": "the same operators' bf16 channels-last convolutions alone (random inputs, CPU time)",
+            "baseline": f"the same operators' {precision} channels-last convolutions alone (random inputs, CPU time)",
             "metric": "CPU seconds",
             "dynaforge": cpu_time[main],
             "baseline_value": conv_only,
@@ -440,7 +454,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             "baseline_value": conv_only + copy_floor,
             "ratio": (conv_only + copy_floor) / cpu_time[main],
             "notes": f"{notes_common}; engine {main}; the convolutions alone take {conv_only:.2f} s and one "
-            f"copy_ of every layer output (bf16 channels-last, read + write once: less than any normalisation "
+            f"copy_ of every layer output ({precision} channels-last, read + write once: less than any normalisation "
             f"+ activation can cost, since the statistics span the grid and cannot ride in the convolution's "
             f"epilogue) {copy_floor:.2f} s; the compiled activation alone {act_floor:.2f} s. Speed-up ceilings "
             f"over the baseline ({cpu_time['baseline']:.2f} s CPU): "
@@ -465,7 +479,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         },
     ]
     print(
-        f"sustained {sustained_cpu:.0f} GFLOP/s = {sustained_cpu / peak:.1%} of the bf16 conv peak (CPU time); "
+        f"sustained {sustained_cpu:.0f} GFLOP/s = {sustained_cpu / peak:.1%} of the {precision} conv peak (CPU time); "
         f"10,000-operator study projected here: {study_hours:.1f} h"
     )
     ok = all(p >= KS_PVALUE for p in pvalues.values()) and fp32_vs_baseline < 1e-3 and bf16_one_step < 0.03
