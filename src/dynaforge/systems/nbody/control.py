@@ -361,15 +361,17 @@ class Integrator:
         scheme: Composition | str = "leapfrog",
         reversible: bool = True,
         dt_max: float | None = None,
+        forces: Callable[[Tensor, BodyParams], Gravity] = gravity,
     ) -> None:
         self.params = params
         self.controller = controller
         self.scheme = scheme_named(scheme)
         self.reversible = reversible
         self.dt_max = dt_max
+        self.forces = forces  # `gravity`, or a `CompiledGravity` (system.forces: compiled)
 
     def start(self, state: BodyState) -> RunState:
-        g = gravity(state.positions, self.params)
+        g = self.forces(state.positions, self.params)
         reference = invariants(state, self.params, g.potential)
         batch = state.positions.shape[0]
         zeros = torch.zeros(batch, dtype=state.positions.dtype, device=state.positions.device)
@@ -401,7 +403,7 @@ class Integrator:
         remaining = torch.as_tensor(t_end, dtype=h.dtype, device=h.device) - run.time
         active = remaining > 1e-13 * torch.clamp(run.time.abs(), min=1.0)
         dt = torch.where(active, torch.minimum(1.0 / inverse, remaining), torch.zeros_like(h))
-        state, g = composition_step(run.state, run.gravity, self.params, dt, self.scheme)
+        state, g = composition_step(run.state, run.gravity, self.params, dt, self.scheme, self.forces)
         total = kinetic_energy(state.velocities, self.params.masses) + g.potential
         error = (total - run.reference.energy).abs() / run.drift_scales.energy
         counted = active.to(torch.int64)
@@ -448,9 +450,10 @@ def rollout_to_times(
     on_step: Callable[[int], None] | None = None,
     reversible: bool = True,
     max_steps: int = 10_000_000,
+    forces: Callable[[Tensor, BodyParams], Gravity] = gravity,
 ) -> list[BodyState]:
     """States at each of `times` (increasing), stepping with `controller` and landing exactly on each."""
-    integrator = Integrator(params, controller, scheme, reversible)
+    integrator = Integrator(params, controller, scheme, reversible, forces=forces)
     run = integrator.start(state)
     saved = []
     for t in times:

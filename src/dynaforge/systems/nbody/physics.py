@@ -477,15 +477,17 @@ def fixed_step_rollout(
     scheme: Composition | str = "leapfrog",
     save_every: int = 1,
     on_step: Callable[[int], None] | None = None,
+    forces: Callable[[Tensor, BodyParams], Gravity] = gravity,
 ) -> tuple[BodyState, list[BodyState]]:
-    """`steps` fixed steps; returns the final state and the states every `save_every` steps (t = 0 first)."""
+    """`steps` fixed steps; returns the final state and the states every `save_every` steps (t = 0 first).
+    `forces`: `gravity`, or a `CompiledGravity`."""
     scheme = scheme_named(scheme)
     dt_batch = torch.as_tensor(dt, dtype=state.positions.dtype, device=state.positions.device)
     dt_batch = dt_batch.expand(state.positions.shape[0])
-    g = gravity(state.positions, params)
+    g = forces(state.positions, params)
     saved = [state]
     for n in range(1, steps + 1):
-        state, g = composition_step(state, g, params, dt_batch, scheme)
+        state, g = composition_step(state, g, params, dt_batch, scheme, forces)
         if n % save_every == 0:
             saved.append(state)
         if on_step is not None:

@@ -25,7 +25,10 @@ from dynaforge.systems.nbody.physics import (
     DTYPES,
     BodyParams,
     BodyState,
+    CompiledGravity,
+    Gravity,
     fixed_step_rollout,
+    gravity,
 )
 from dynaforge.systems.nbody.schemes import scheme_named
 from dynaforge.threads import run_pieces, serialised
@@ -70,6 +73,7 @@ class NBody:
             raise TypeError(f"NBody needs an NBodyConfig, got {type(config).__name__}")
         self.config = config
         self.controller = controller
+        self.compiled_forces: CompiledGravity | None = None  # built on first use (system.forces: compiled)
         self.shape = (config.bodies,)
         self.dtype = DTYPES[config.dtype]
         self.scheme = scheme_named(config.integrator)
@@ -176,14 +180,26 @@ class NBody:
         report: Callable[[int], None] | None,
     ) -> list[BodyState]:
         """The states at every frame time of one block (the initial one first); `report(count * steps)`."""
+        forces = self.forces()
         if self.config.control.kind == "fixed":
             on_step = None if report is None else (lambda _: report(count))
             _, saved = fixed_step_rollout(
-                state, params, self.config.dt, steps, self.scheme, save_every, on_step
+                state, params, self.config.dt, steps, self.scheme, save_every, on_step, forces
             )
             return saved
         controller = self.controller or build_controller(self.config.control, self.config.dt)
         times = [interval * k for k in range(1, steps // save_every + 1)]
         # Controller steps are not the config's steps: progress counts nominal steps per frame reached.
         on_frame = None if report is None else (lambda _: report(count * save_every))
-        return [state, *rollout_to_times(state, params, controller, times, self.scheme, on_frame)]
+        return [
+            state,
+            *rollout_to_times(state, params, controller, times, self.scheme, on_frame, forces=forces),
+        ]
+
+    def forces(self) -> Callable[[Tensor, BodyParams], Gravity]:
+        """`system.forces`: eager `gravity`, or this system's `CompiledGravity` (compiled once per key)."""
+        if self.config.forces == "eager":
+            return gravity
+        if self.compiled_forces is None:
+            self.compiled_forces = CompiledGravity()
+        return self.compiled_forces
