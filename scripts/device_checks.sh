@@ -8,6 +8,11 @@
 # neuraloperator imports wandb at import time and never calls it with logging off: a stand-in module is put on
 # the path for the benchmark run only.
 #
+# The wheels used on 2026-11-26 (an H100 image with torch 2.11, jax 0.11.2, h5py, scipy, pytest already there),
+# fetched here with `pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl NAME==VERSION`:
+# omegaconf==2.4.0 beartype==0.23.1 exponax==0.2.0 neuraloperator==2.0.0 tensorly==0.10.0 tensorly-torch==0.5.0
+# configmypy==0.2.0 ruamel.yaml==0.19.1 zencfg==1.0.0 (.whl/ is listed in .git/info/exclude).
+#
 #   OUT=/tmp/out bash scripts/device_checks.sh [tests,torchrun,same,generate,train]
 set -u
 OUT=${OUT:-device-out}
