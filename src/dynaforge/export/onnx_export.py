@@ -303,12 +303,11 @@ def real_frames(state: dict[str, Any], shape: ModelShape, data: str | Path | Non
             "--data DIR (a dataset of the same system and grid)"
         )
     dataset = DatasetFolder(root)
-    if dataset.split_size("test") == 0:
+    count = min(REAL_SAMPLES, dataset.split_size("test"))
+    if count == 0:
         raise ExportError(f"{root} has an empty test split; pass --data with a dataset that has test samples")
-    # only the first samples' shards are read, not the whole split
-    fields = dataset.read_split(
-        "test", min(REAL_SAMPLES, dataset.split_size("test"))
-    ).fields  # (N, T, *space, C)
+    # (N, T, *space, C); only these samples' shards are read
+    fields = dataset.read_split("test", count).fields
     channels_first = np.moveaxis(fields, -1, 2)[:, : shape.history]  # (N, history, C, *space)
     normalizer = Normalizer.from_stats(state["normalization"])
     frames = torch.as_tensor(np.ascontiguousarray(channels_first), dtype=torch.float32)
