@@ -43,6 +43,7 @@ from dynaforge.systems.batching import (
     pad_rows,
     rows_for_lanes,
     sample_blocks,
+    trajectory_buffer,
 )
 from dynaforge.systems.pde.etdrk import ETDCoefficients, etd_coefficients
 from dynaforge.systems.pde.initial import FAMILIES as INITIAL_FAMILIES
@@ -371,7 +372,7 @@ class SpectralSystem:
         n_frames = steps // save_every + 1
         # Preallocated trajectory buffer, filled frame by frame (in-place writes on purpose; blocks write
         # disjoint rows).
-        frames = torch.empty((initial.shape[0], n_frames, *expected), dtype=self.real_dtype, device=device)
+        frames = trajectory_buffer((initial.shape[0], n_frames, *expected), self.real_dtype, device)
         shared = None
         if bool((params == params[:1]).all()):  # one parameter row: set the operators up once
             (shared,) = run_pieces(lambda row: self.operators(row, device), [params[:1]])
