@@ -1,8 +1,12 @@
 """Gray-Scott reaction-diffusion in 2D (equations in `GrayScottConfig`); channels (u, v).
 
-The diagonal part L = (-D_u |k|^2 - F, -D_v |k|^2 - (F + k)) is per channel and treated exactly; the
-reaction N = (-u v^2 + F, u v^2) is evaluated in physical space with the 2/3 rule applied to the state
-and to the product. Nothing is conserved; with F, k > 0 the solution stays in a bounded set.
+The solver steps (u - 1, v): with u = 1 + a the equations read a_t = D_u lap a - F a - u v^2 and
+v_t = D_v lap v - (F + k) v + u v^2, so the feed's constant F (1 - u) = -F a is linear and the diagonal part
+L = (-D_u |k|^2 - F, -D_v |k|^2 - (F + k)) is treated exactly; the reaction N = (-R, R), R = u v^2, is
+evaluated in physical space with the 2/3 rule applied to the state and to the product. N is one transform
+of R with the signs folded into the ETD coefficients (`nonlinear_multiplier`): a step transforms one
+channel forward where it would transform two, and its stage combinations broadcast R over both channels.
+Nothing is conserved; with F, k > 0 the solution stays in a bounded set.
 
 Initial state: a configured field b (by default random blobs, normalised to max |b| = 1) seeds
 u = 1 - b / 2, v = b / 4 with b -> |b| clipped to [0, 1] (Pearson's perturbed homogeneous state).
@@ -31,22 +35,31 @@ class GrayScott(SpectralSystem):
             [-params["diffusion_u"] * k2 - feed, -params["diffusion_v"] * k2 - (feed + kill)], dim=1
         )
 
+    def state_offset(self) -> tuple[float, ...]:
+        """u is stepped as u - 1 (module docstring): the feed's constant becomes linear."""
+        return (1.0, 0.0)
+
+    def transformed_channels(self) -> int:
+        return 1
+
     def nonlinear_term(self, k: tuple[Tensor, ...], params: dict[str, Tensor], mask: Tensor) -> Nonlinear:
-        """R = FFT(F - u v^2, u v^2) of the truncated state (the mask after the product is the multiplier);
-        the transforms skip the columns of the last axis the 2/3 rule zeroes."""
-        mask_c = mask.to(self.complex_dtype)
-        feed = params["feed"]
+        """R = FFT(u v^2) of the truncated state (u = 1 + the stepped channel 0), one channel; the mask
+        after the product and the signs (-R for u, +R for v) are the multiplier. The transforms skip the
+        columns of the last axis the 2/3 rule zeroes, and the mask is applied to those columns alone."""
+        band = self.kept_band()
+        mask_band = mask[..., :band].to(self.complex_dtype).contiguous()
 
         def nonlinear(v: Tensor) -> Tensor:
-            fields = self.to_physical_dealiased(mask_c * v)
-            u, w = fields[:, 0:1], fields[:, 1:2]
-            reaction = u * w * w
-            return self.to_spectral_dealiased(torch.cat([feed - reaction, reaction], dim=1))
+            fields = self.to_physical_dealiased(mask_band * v[..., :band])
+            a, w = fields[:, 0:1], fields[:, 1:2]
+            w2 = w * w
+            return self.to_spectral_dealiased(torch.addcmul(w2, w2, a))  # (1 + a) v^2
 
         return nonlinear
 
     def nonlinear_multiplier(self, k: tuple[Tensor, ...], params: dict[str, Tensor], mask: Tensor) -> Tensor:
-        return mask.to(torch.complex128)
+        mask = mask.to(torch.complex128)
+        return torch.stack([-mask, mask]).unsqueeze(0)  # (1, channels, *spectral)
 
     def draw_initial(self, rng: np.random.Generator, parameters: np.ndarray) -> np.ndarray:
         seed_field = np.clip(np.abs(draw_initial_field(self.config.initial, self.shape, rng)), 0.0, 1.0)

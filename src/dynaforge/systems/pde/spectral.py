@@ -43,6 +43,7 @@ from dynaforge.systems.batching import (
     pad_rows,
     rows_for_lanes,
     sample_blocks,
+    trajectory_buffer,
 )
 from dynaforge.systems.pde.etdrk import ETDCoefficients, etd_coefficients
 from dynaforge.systems.pde.initial import FAMILIES as INITIAL_FAMILIES
@@ -175,6 +176,16 @@ class SpectralSystem:
         """
         return None
 
+    def state_offset(self) -> tuple[float, ...] | None:
+        """A constant per channel that the solver subtracts from the state before stepping and adds back to
+        every saved frame (None: none). A system whose equations hold a constant forcing term can take it
+        into its linear part this way, so that the nonlinear term has no constant to carry (Gray-Scott)."""
+        return None
+
+    def transformed_channels(self) -> int:
+        """The fewest channels any transform of a step runs on (Gray-Scott's reaction term has one)."""
+        return self.channels
+
     # ---- parameters and initial conditions -------------------------------------------------------
 
     @property
@@ -270,7 +281,8 @@ class SpectralSystem:
         mask = dealias_mask(self.shape, device, self.real_dtype)
         if multiplier is not None:
             multiplier = multiplier.to(self.complex_dtype)
-            multiplier = multiplier[index] if multiplier.ndim == len(self.shape) + 2 else multiplier
+            per_row = multiplier.ndim == len(self.shape) + 2 and multiplier.shape[0] > 1
+            multiplier = multiplier[index] if per_row else multiplier
         return SpectralOperators(coefficients, self.nonlinear_term(k, named_real, mask), multiplier)
 
     def to_spectral(
@@ -320,7 +332,8 @@ class SpectralSystem:
         lanes = rows_for_lanes(math.prod(self.shape[:-1]))
         if self.ndim == 1:
             return lanes
-        return math.lcm(lanes, FFT_TRANSFORM_GROUP // math.gcd(FFT_TRANSFORM_GROUP, self.channels))
+        channels = self.transformed_channels()
+        return math.lcm(lanes, FFT_TRANSFORM_GROUP // math.gcd(FFT_TRANSFORM_GROUP, channels))
 
     def block_samples(self, device: torch.device | None = None) -> int:
         """Samples per block of a rollout on `device` (default the CPU): from the grid and the device kind
@@ -359,11 +372,14 @@ class SpectralSystem:
         n_frames = steps // save_every + 1
         # Preallocated trajectory buffer, filled frame by frame (in-place writes on purpose; blocks write
         # disjoint rows).
-        frames = torch.empty((initial.shape[0], n_frames, *expected), dtype=self.real_dtype, device=device)
+        frames = trajectory_buffer((initial.shape[0], n_frames, *expected), self.real_dtype, device)
         shared = None
         if bool((params == params[:1]).all()):  # one parameter row: set the operators up once
             (shared,) = run_pieces(lambda row: self.operators(row, device), [params[:1]])
         report = serialised(on_step)
+        offset = self.state_offset()
+        if offset is not None:
+            offset = torch.tensor(offset, dtype=self.real_dtype, device=device).view(-1, *([1] * self.ndim))
 
         def run_block(rows: slice) -> None:
             count = rows.stop - rows.start
@@ -371,11 +387,15 @@ class SpectralSystem:
             ops = shared if shared is not None else self.operators(pad_rows(params[rows], lanes), device)
             state = pad_rows(initial[rows].to(self.real_dtype), lanes)
             frames[rows, 0] = state[:count]
-            v = self.to_spectral(state)
+            v = self.to_spectral(state if offset is None else state - offset)
             for n in range(1, steps + 1):
                 v = etd_step(v, ops)
                 if n % save_every == 0:
-                    frames[rows, n // save_every] = self.to_physical(v)[:count]
+                    physical, frame = self.to_physical(v)[:count], frames[rows, n // save_every]
+                    if offset is None:
+                        frame.copy_(physical)
+                    else:  # the offset added as the frame is written: one pass
+                        torch.add(physical, offset, out=frame)
                 if report is not None:
                     report(count)
 

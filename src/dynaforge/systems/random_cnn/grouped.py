@@ -16,6 +16,7 @@ from torch import Tensor
 from dynaforge.config import RandomCNNConfig
 from dynaforge.floating import flush_denormals
 from dynaforge.machine import has_bf16_matrix_units
+from dynaforge.systems.batching import trajectory_buffer
 from dynaforge.systems.random_cnn.fused import FusedOperators
 from dynaforge.systems.random_cnn.operator import (
     ACTIVATIONS,
@@ -148,7 +149,7 @@ def grouped_rollout(
         # Preallocated buffers, filled in place on purpose: the trajectories and the noise of one step.
         buffer = None
         if out is None:
-            buffer = torch.empty((k, m, n_frames, c, *space), dtype=torch.float32, device=device)
+            buffer = trajectory_buffer((k, m, n_frames, c, *space), torch.float32, device)
         trajectories = buffer.unbind(0) if buffer is not None else out
         if len(trajectories) != k or any(t.shape != (m, n_frames, c, *space) for t in trajectories):
             raise ValueError(f"out must hold {k} trajectories of shape {(m, n_frames, c, *space)}")
