@@ -27,12 +27,13 @@ class KuramotoSivashinsky2D(SpectralSystem):
     def nonlinear_term(self, k: tuple[Tensor, ...], params: dict[str, Tensor], mask: Tensor) -> Nonlinear:
         """R(h) = FFT(|grad h|^2), the gradients of the truncated state; the transforms skip the columns
         of the last axis the 2/3 rule zeroes (`to_physical_dealiased`, `to_spectral_dealiased`)."""
+        band = self.kept_band()
         gradient = torch.cat(
-            [(1j * axis_k * mask).to(self.complex_dtype) for axis_k in k], dim=1
-        )  # (b, d, ...)
+            [(1j * axis_k * mask)[..., :band].to(self.complex_dtype) for axis_k in k], dim=1
+        )  # (b, d, ...): the columns the 2/3 rule keeps (the product skips the others)
 
         def nonlinear(v: Tensor) -> Tensor:
-            grad = self.to_physical_dealiased(gradient * v)
+            grad = self.to_physical_dealiased(gradient * v[..., :band])
             return self.to_spectral_dealiased((grad * grad).sum(dim=1, keepdim=True))
 
         return nonlinear

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from dynaforge.config import NavierStokesConfig
@@ -37,16 +38,20 @@ class NavierStokes2D(SpectralSystem):
         mask_c = mask.to(cdtype)
         # Multipliers taking w_hat to the truncated (u, v, w) spectra, stacked on the channel axis.
         fields = torch.cat([1j * ky * inverse_k2, -1j * kx * inverse_k2, 1 + 0 * (kx + ky)], dim=1)
-        fields = fields.to(cdtype) * mask_c  # (batch, 3, X, Y//2+1)
-        divergence = torch.cat([1j * kx + 0 * ky, 1j * ky + 0 * kx], dim=1).to(cdtype) * mask_c  # (b, 2, ...)
+        # Only the columns of the last axis the 2/3 rule keeps are multiplied; the rest are zero.
+        band = self.kept_band()
+        width = self.shape[-1] // 2 + 1
+        fields = (fields.to(cdtype) * mask_c)[..., :band].contiguous()  # (batch, 3, X, band)
+        divergence = torch.cat([1j * kx + 0 * ky, 1j * ky + 0 * kx], dim=1).to(cdtype) * mask_c
+        divergence = divergence[..., :band].contiguous()  # (batch, 2, X, band)
         forcing = self.forcing_spectrum(params)
 
         def nonlinear(v: Tensor) -> Tensor:
             # u . grad(w) = d_x(u w) + d_y(v w) since d_x u + d_y v = 0 (exactly, for the truncated fields):
             # three inverse transforms and two forward ones instead of four and one.
-            parts = self.to_physical_dealiased(fields * v)  # (batch, 3, X, Y): u, v, w
-            flux = self.to_spectral_dealiased(parts[:, 0:2] * parts[:, 2:3])  # (batch, 2, X, Y//2+1)
-            result = -(divergence * flux).sum(dim=1, keepdim=True)  # (batch, 1, X, Y//2+1)
+            parts = self.to_physical_dealiased(fields * v[..., :band])  # (batch, 3, X, Y): u, v, w
+            flux = self.to_spectral_band(parts[:, 0:2] * parts[:, 2:3])  # (batch, 2, X, band)
+            result = F.pad(-(divergence * flux).sum(dim=1, keepdim=True), (0, width - band))
             return result + forcing if forcing is not None else result
 
         return nonlinear
