@@ -79,6 +79,39 @@ def test_ranks_take_disjoint_windows_that_cover_the_epoch_and_skip_resumes(tiny_
     assert list(ranks[0]) == shares[0][10:] and len(ranks[0]) == 26
 
 
+class SizedLike(LazyWindowDataset):
+    """What BufferShuffleSampler reads of a dataset, without one on disk."""
+
+    def __init__(self, samples: int, windows_per_sample: int, buffer: int) -> None:  # no super(): no reader
+        self.sizes, self.windows, self.buffer = samples, windows_per_sample, buffer
+
+    @property
+    def samples(self) -> int:
+        return self.sizes
+
+    @property
+    def windows_per_sample(self) -> int:
+        return self.windows
+
+
+@pytest.mark.parametrize(
+    ("samples", "windows", "buffer", "world"), [(10, 4, 3, 3), (7, 5, 2, 4), (9, 1, 4, 2)]
+)
+def test_the_sampler_produces_the_padded_order_block_by_block(
+    samples: int, windows: int, buffer: int, world: int
+) -> None:
+    # The definition, materialised: the whole order, padded with its start like DistributedSampler, strided.
+    order = buffered_order(samples, windows, buffer, seed=5, epoch=2)
+    padded_size = -(-len(order) // world) * world
+    padded = np.concatenate([order, order[: padded_size - len(order)]])
+    for rank in range(world):
+        sampler = BufferShuffleSampler(SizedLike(samples, windows, buffer), rank, world, seed=5)
+        sampler.start(epoch=2)
+        assert list(sampler) == padded[rank::world].tolist()
+        sampler.start(epoch=2, skip=3)
+        assert list(sampler) == padded[rank::world][3:].tolist()
+
+
 def test_the_foreign_reader_reads_one_sample_at_a_time(tmp_path: Path) -> None:
     from dynaforge.store.pdebench import write_tensor_file
 

@@ -90,19 +90,26 @@ class LazyWindowDataset(Dataset[Window]):
         return Window(inputs=frames[: self.history], targets=frames[self.history :])
 
 
-def buffered_order(samples: int, windows_per_sample: int, buffer: int, seed: int, epoch: int) -> np.ndarray:
-    """Every window index of `samples` trajectories once, shuffled so that each run of
-    buffer x windows_per_sample consecutive positions draws from `buffer` trajectories only; a pure
-    function of its arguments (int64)."""
+def buffered_blocks(
+    samples: int, windows_per_sample: int, buffer: int, seed: int, epoch: int
+) -> Iterator[np.ndarray]:
+    """The window indices of an epoch, block by block: the trajectories are shuffled and cut into blocks of
+    `buffer`, and each block's windows are shuffled among themselves. A pure function of its arguments;
+    one block (buffer x windows_per_sample int64) is held at a time, so the order of an epoch costs 8 bytes
+    per trajectory (the shuffled trajectories), not per window."""
     rng = np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=(epoch,)))
     trajectories = rng.permutation(samples)
     offsets = np.arange(windows_per_sample, dtype=np.int64)
-    blocks = []
     for lo in range(0, samples, buffer):
         block = trajectories[lo : lo + buffer].astype(np.int64)
-        windows = (block[:, None] * windows_per_sample + offsets[None, :]).ravel()
-        blocks.append(rng.permutation(windows))
-    return np.concatenate(blocks)
+        yield rng.permutation((block[:, None] * windows_per_sample + offsets[None, :]).ravel())
+
+
+def buffered_order(samples: int, windows_per_sample: int, buffer: int, seed: int, epoch: int) -> np.ndarray:
+    """Every window index of `samples` trajectories once, shuffled so that each run of
+    buffer x windows_per_sample consecutive positions draws from `buffer` trajectories only: the blocks of
+    `buffered_blocks` end to end (int64; for tests and small splits, the sampler never forms it)."""
+    return np.concatenate(list(buffered_blocks(samples, windows_per_sample, buffer, seed, epoch)))
 
 
 class BufferShuffleSampler(Sampler[int]):
@@ -126,15 +133,28 @@ class BufferShuffleSampler(Sampler[int]):
     def start(self, epoch: int, skip: int = 0) -> None:
         self.epoch, self.skip = epoch, skip
 
-    def rank_order(self) -> np.ndarray:
-        order = buffered_order(self.samples, self.windows_per_sample, self.buffer, self.seed, self.epoch)
-        padding = self.num_samples * self.world_size - len(order)
-        if padding:
-            order = np.concatenate([order, order[:padding]])
-        return order[self.rank :: self.world_size]
+    def blocks(self) -> Iterator[np.ndarray]:
+        """The epoch's `buffered_blocks`, then its first positions again as `DistributedSampler` pads (so
+        that every rank takes `num_samples`)."""
+        args = (self.samples, self.windows_per_sample, self.buffer, self.seed, self.epoch)
+        yield from buffered_blocks(*args)
+        left = self.num_samples * self.world_size - self.samples * self.windows_per_sample
+        for block in buffered_blocks(*args) if left > 0 else ():
+            yield block[:left]
+            left -= min(left, len(block))
+            if left == 0:
+                break
+
+    def rank_positions(self) -> Iterator[int]:
+        """Positions rank, rank + W, ... of the padded order, produced block by block."""
+        position = 0
+        for block in self.blocks():
+            first = (self.rank - position) % self.world_size
+            yield from block[first :: self.world_size].tolist()
+            position += len(block)
 
     def __iter__(self) -> Iterator[int]:
-        return itertools.islice(map(int, self.rank_order()), self.skip, None)
+        return itertools.islice(self.rank_positions(), self.skip, None)
 
     def __len__(self) -> int:
         return max(self.num_samples - self.skip, 0)
