@@ -112,6 +112,22 @@ def test_the_sampler_produces_the_padded_order_block_by_block(
         assert list(sampler) == padded[rank::world][3:].tolist()
 
 
+def test_the_reader_keeps_at_most_open_shards_files_open_and_reads_every_sample(
+    tiny_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dynaforge.store import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "OPEN_SHARDS", 1)
+    folder = DatasetFolder(tiny_data)
+    whole = folder.read_split("train").fields
+    reader = folder.trajectory_reader("train")
+    assert len(reader.pieces) > 1, "the fixture needs more shards than handles for this test"
+    for i in [*range(len(reader)), *reversed(range(len(reader)))]:  # every shard, then back again
+        assert np.array_equal(reader.read(i), whole[i])
+        assert len(reader.handles) == 1
+    reader.close()
+
+
 def test_the_foreign_reader_reads_one_sample_at_a_time(tmp_path: Path) -> None:
     from dynaforge.store.pdebench import write_tensor_file
 

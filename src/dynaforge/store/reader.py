@@ -320,6 +320,11 @@ def load_initial_from_store(
     return states[..., :3], states[..., 3:], arrays.params, arrays.param_names
 
 
+OPEN_SHARDS = 256
+"""Shard files a `TrajectoryReader` keeps open at once (least recently used closed first): well under the
+usual limit of 1,024 open files per process, whatever the number of shards."""
+
+
 class TrajectoryReader:
     """One split's trajectories, read one at a time from HDF5: `read(i)` is sample i, (T, *space, C) float32.
 
@@ -354,15 +359,21 @@ class TrajectoryReader:
         """The open file `path` (samples [start, stop)), opened and shape-checked on first use here."""
         if self.pid != os.getpid():  # a forked copy: the parent's handles are not ours to use
             self.handles, self.pid = {}, os.getpid()
-        if path not in self.handles:
-            h5 = h5py.File(path, "r")
-            if self.shape is not None:
-                record = {"start": start, "stop": stop}
-                if problem := shard_shape_problem(path, h5, record, self.shape):
-                    h5.close()
-                    raise DatasetError(problem)
-            self.handles[path] = h5
-        return self.handles[path]
+        if path in self.handles:
+            self.handles[path] = self.handles.pop(path)  # most recently used last
+            return self.handles[path]
+        if len(self.handles) >= OPEN_SHARDS:  # the least recently used closes
+            self.handles.pop(next(iter(self.handles))).close()
+        # A shard's chunks hold one trajectory each and each is read once per epoch: HDF5's chunk cache
+        # (1 MiB per open dataset by default) would only hold memory, 161 MiB with a 4 GiB dataset open.
+        h5 = h5py.File(path, "r", rdcc_nbytes=0) if self.foreign is None else h5py.File(path, "r")
+        if self.shape is not None:
+            record = {"start": start, "stop": stop}
+            if problem := shard_shape_problem(path, h5, record, self.shape):
+                h5.close()
+                raise DatasetError(problem)
+        self.handles[path] = h5
+        return h5
 
     def read(self, index: int) -> np.ndarray:
         if not 0 <= index < self.size:
