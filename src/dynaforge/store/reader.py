@@ -322,7 +322,10 @@ def load_initial_from_store(
 
 OPEN_SHARDS = 256
 """Shard files a `TrajectoryReader` keeps open at once (least recently used closed first): well under the
-usual limit of 1,024 open files per process, whatever the number of shards."""
+usual limit of 1,024 open files per process, whatever the number of shards. An open shard holds about
+0.5 MiB (HDF5's metadata; measured: 163 shards of a 4 GiB dataset opened, +85 MiB RSS), so the handles of a
+reading process stay under ~140 MiB however large the dataset; fewer would reopen files mid-epoch (the
+epoch's blocks draw trajectories from every shard)."""
 
 
 class TrajectoryReader:
