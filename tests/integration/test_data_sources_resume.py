@@ -174,6 +174,48 @@ def test_two_gloo_ranks_stream_disjoint_samples(tmp_path: Path) -> None:
     assert load_checkpoint(out / "checkpoints" / "last.pt")["world_size"] == 2
 
 
+def test_two_gloo_ranks_read_disjoint_windows_lazily(tmp_path: Path, tiny_data: Path) -> None:
+    """Each rank records the train windows its lazy dataset read in one epoch: disjoint, all 72 together."""
+    script = textwrap.dedent(
+        """
+        import json, os, sys
+        from dynaforge.cli import main
+        from dynaforge.data import lazy
+
+        read = []
+        getitem = lazy.LazyWindowDataset.__getitem__
+
+        def recording(self, index):
+            if len(self) == 72:  # the train split (8 trajectories x 9 windows); val has 4 x 9
+                read.append(index)
+            return getitem(self, index)
+
+        lazy.LazyWindowDataset.__getitem__ = recording
+        code = main(sys.argv[1:])
+        with open(os.environ["OUT_DIR"] + f"/rank{os.environ['RANK']}.json", "w") as f:
+            json.dump(read, f)
+        sys.exit(code)
+        """
+    )
+    script_path = tmp_path / "record.py"
+    script_path.write_text(script)
+    out = tmp_path / "ddp"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script_path),
+        "-q", "train", TINY, "train.preset=debug", "train.epochs=1", *SOURCES["lazy"], "data.batch_size=8",
+        "--data", str(tiny_data), "--out", str(out), "--no-progress",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=180, env={**env(), "OUT_DIR": str(tmp_path)}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert len(ranks[0]) == len(ranks[1]) == 36
+    assert not set(ranks[0]) & set(ranks[1])
+    assert sorted(ranks[0] + ranks[1]) == list(range(72))
+    assert load_checkpoint(out / "checkpoints" / "last.pt")["world_size"] == 2
+
+
 def test_run_with_the_stream_stores_only_val_and_test_and_evaluates_on_them(tmp_path: Path) -> None:
     from dynaforge.config import load_config
     from dynaforge.pipeline import run_pipeline
