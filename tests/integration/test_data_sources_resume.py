@@ -126,6 +126,22 @@ def test_training_without_data_asks_for_it_or_for_the_stream(
     assert err.startswith("error:") and "--data DIR" in err and "data.source=stream" in err
 
 
+def train_on_two_gloo_ranks(tmp_path: Path, script: str, args: list[str]) -> list[list[int]]:
+    """`dynaforge train` of the tiny config for one epoch on 2 gloo ranks through `script` (which wraps the
+    CLI and dumps what it recorded to OUT_DIR/rankR.json); returns each rank's record."""
+    script_path = tmp_path / "record.py"
+    script_path.write_text(script)
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script_path),
+        "-q", "train", TINY, "train.preset=debug", "train.epochs=1", "data.batch_size=8", *args, "--no-progress",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=180, env={**env(), "OUT_DIR": str(tmp_path)}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
 def test_two_gloo_ranks_stream_disjoint_samples(tmp_path: Path) -> None:
     """Each rank records the train-split indices its generator made: disjoint, and together 0..n-1."""
     script = textwrap.dedent(
@@ -149,20 +165,8 @@ def test_two_gloo_ranks_stream_disjoint_samples(tmp_path: Path) -> None:
         sys.exit(code)
         """
     )
-    script_path = tmp_path / "record.py"
-    script_path.write_text(script)
     out = tmp_path / "ddp"
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script_path),
-        "-q", "train", TINY, "train.preset=debug", "train.epochs=1", *SOURCES["stream"], "data.batch_size=8",
-        "--out", str(out), "--no-progress",
-    ]  # fmt: skip
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=180, env={**env(), "OUT_DIR": str(tmp_path)}
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    ranks = train_on_two_gloo_ranks(tmp_path, script, [*SOURCES["stream"], "--out", str(out)])
     # Samples 0..3 feed the statistics first (made by both ranks before the stream starts): skip them.
     streamed = [made[4:] for made in ranks]
     for rank, made in enumerate(streamed):
@@ -197,19 +201,9 @@ def test_two_gloo_ranks_read_disjoint_windows_lazily(tmp_path: Path, tiny_data: 
         sys.exit(code)
         """
     )
-    script_path = tmp_path / "record.py"
-    script_path.write_text(script)
     out = tmp_path / "ddp"
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script_path),
-        "-q", "train", TINY, "train.preset=debug", "train.epochs=1", *SOURCES["lazy"], "data.batch_size=8",
-        "--data", str(tiny_data), "--out", str(out), "--no-progress",
-    ]  # fmt: skip
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=180, env={**env(), "OUT_DIR": str(tmp_path)}
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    args = [*SOURCES["lazy"], "--data", str(tiny_data), "--out", str(out)]
+    ranks = train_on_two_gloo_ranks(tmp_path, script, args)
     assert len(ranks[0]) == len(ranks[1]) == 36
     assert not set(ranks[0]) & set(ranks[1])
     assert sorted(ranks[0] + ranks[1]) == list(range(72))

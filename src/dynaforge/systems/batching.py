@@ -33,7 +33,8 @@ scalar remainder whatever each sample's size."""
 
 GPU_BLOCK_VALUES = 2**24
 """On a GPU a block is what one kernel launch of each operation works on, so blocks are large: about this
-many state values (64 MiB in float32: 65,536 samples of a 256-point grid, 256 of a 256 x 256 grid). CPU-sized blocks (a few hundred KiB) leave a GPU waiting on kernel launches: measured on an H100
+many state values (64 MiB in float32: 65,536 samples of a 256-point grid, 256 of a 256 x 256 grid).
+CPU-sized blocks (a few hundred KiB) leave a GPU waiting on kernel launches: measured on an H100
 (benchmarks/generate_pde.py --device cuda, 4,096 samples of Burgers N = 256), blocks of 128 samples ran at
 0.70 M sample-steps/s, the whole batch as one block at 16.0 M. Still chosen from the sample's size alone
 (and the device kind), never from the batch; on that H100 a sample's trajectory was bitwise the same in a
