@@ -1,38 +1,43 @@
 """Tasks from the literature, trained by dynaforge and by neuraloperator for the same wall-clock budget.
 
-Task `burgers` (Li et al., "Fourier Neural Operator for Parametric PDEs", ICLR 2021, section 5.1): learn the
-map u(x, 0) -> u(x, 1) of viscous Burgers u_t + u u_x = nu u_xx, nu = 0.1, on the periodic unit interval,
-N = 1024 points. Initial fields come from the Gaussian random field N(0, 625 (-Laplacian + 25 I)^-2): on the
-real Fourier basis {sqrt(2) cos(2 pi k x), sqrt(2) sin(2 pi k x)}, k = 1..N/2 - 1, independent N(0, 1)
-coefficients times sqrt(625) / (4 pi^2 k^2 + 25); the k = 0 mode (the mean, which Burgers conserves) is left
-out, as in the paper's data generator (so u(1) is ~50 times smaller than u(0)). 1000 training, 100
-validation and 200 test pairs, one numpy generator per sample (seed = the sample index).
+Tasks (their data and accuracy checks: `literature_data.py`):
+- `burgers`: the FNO paper's 1D Burgers operator u(0) -> u(1) (Li et al., ICLR 2021, section 5.1; nu = 0.1,
+  N = 1024, 1000 training / 100 validation / 200 test pairs). Models: the paper's FNO, 16 modes, width 64,
+  4 layers, projection 128, the grid coordinate as an input channel.
+- `darcy`: the same paper's 2D Darcy flow a -> u (section 5.2; piecewise-constant coefficients 12 / 3, f = 1,
+  u = 0 on the boundary) at 49 x 49 points, 1000 / 100 / 200 pairs. Models: the paper's 2D FNO, 12 modes
+  per axis, width 32, 4 layers, projection 128, both coordinates as input channels.
+- `pdebench_burgers`: PDEBench's 1D Burgers (nu = 0.01) with its FNO protocol (`config_Bgs.yaml`): 256
+  points, 41 frames, the first 10 given, the model called autoregressively on its own predictions for the
+  other 31 at test. Trained one step per window (PDEBench's loop trains through the whole rollout: at these
+  budgets that diverges in both libraries; `--full-rollout`). 1000 / 100 / 100 trajectories (PDEBench 9000 / 1000). Models: PDEBench's FNO, 12 modes, width 20, 4
+  layers, projection 128, the 10 frames and the grid coordinate as input channels.
 
-Data are made by dynaforge's Burgers solver (`dynaforge.systems.pde.burgers`, ETDRK4, 2/3 dealiasing,
-float64), dt = `Setup.dt`, and written as a PDEBench-layout file converted with `dynaforge convert --splits
-1000,100,200` (counts, in PDEBench's order: test first). Accuracy check, stated in the record's notes: the
-first 16 samples solved again at twice the resolution (N = 2048, the same Fourier modes) with a quarter of
-the time step; the largest relative L2 difference of u(1) between the two solutions on the N = 1024 points.
+Models have the same size in both libraries (real parameters counted in each record). dynaforge: the task's
+config in `configs/` trained by the window engine with `train.time_budget` (the schedule spans the budget).
+neuraloperator 2.0.0: `neuralop.models.FNO` (n_modes given so that it keeps the same Fourier modes; it
+keeps n // 2 + 1 rfft modes on the last axis), positional embedding `grid`, `lifting_channel_ratio=0`,
+`projection_channel_ratio` for the same projection width, no channel MLP, linear skips; AdamW lr 1e-3,
+weight decay 1e-4 on weights of 2 or more dimensions, on physical fields (as its users train these tasks),
+a cosine schedule fitted to the budget: a few steps and one validation are timed on a copy of the model
+first and the cosine spans the epochs that fit in the rest of the budget; after the first epoch the
+schedule is fitted again to the epochs that its measured time leaves room for (a few steps overestimated
+the epoch by up to 1.5x), and the cosine goes from the peak to 0 over their optimiser steps. It runs its `Trainer` with its relative L2 loss (`LpLoss`), one step per window (the
+autoregressive task: every window of 10 frames and the next), at the batch of the dynaforge config (10,
+10, 25; `--baseline-batch` changes it). With `--full-rollout` both libraries train the autoregressive task
+through the whole 31-step rollout instead, neuraloperator in the training loop of PDEBench's FNO script (MSE
+per step, summed over the unrolled steps), dynaforge with `train.rollout_steps=31`. Both libraries validate on the
+validation split every epoch (inside their clocks) and run on one thread.
 
-Models, the same size: the paper's FNO, 16 Fourier modes kept, width 64, 4 layers, linear lifting of (u, x),
-projection 64 -> 128 -> 1 with GELU, linear skips. dynaforge: `configs/fno_paper_burgers.yaml` (its
-defaults otherwise: AdamW lr 1e-3, weight decay 1e-4, 5 % warmup then cosine to 0 per step, gradient
-clipping at 1, MSE on fields normalised with the train mean and std), trained with `train.time_budget`.
-neuraloperator 2.0.0: `neuralop.models.FNO` with n_modes = (30,) (it keeps n // 2 + 1 = 16 rfft modes),
-positional embedding `grid`, `lifting_channel_ratio=0`, `projection_channel_ratio=2`, no channel MLP,
-linear skips; its `Trainer` with its relative L2 loss (`LpLoss`), AdamW lr 1e-3, weight decay 1e-4 on weights
-of 2 or more dimensions, on physical fields (as its users train this task), and a cosine schedule fitted to
-the budget: a few steps and one validation are timed on a copy of the model first, the epochs that fit in
-the rest of the budget are run, and the cosine goes from the peak to 0 over their optimiser steps. Both
-validate on the 100 validation pairs every epoch (inside their clocks) and run on one thread.
+The figure: test relative L2 error ||pred - truth|| / ||truth|| per sample and predicted frame, mean over
+the test split, in physical units, after the budget (for the autoregressive task PDEBench's nRMSE, which on
+a uniform grid is the same quantity, averaged over the 31 predicted frames); `ratio` = neuraloperator's
+error / dynaforge's (> 1: dynaforge better), mean of the seeds. Validation error against wall time goes to
+results/literature.curves.json and docs/literature.png.
 
-The figure: test relative L2 error ||pred - u(1)|| / ||u(1)|| per sample, mean over the 200 test pairs, in
-physical units, after the budget; `ratio` = neuraloperator's error / dynaforge's (> 1: dynaforge better),
-mean of the seeds. Validation error against wall time goes to results/literature.curves.json and
-docs/literature_burgers.png.
-
-    python benchmarks/literature.py --budget 720 --seeds 0,1,2      # the issue's protocol (about 75 min)
-    python benchmarks/literature.py --budget 180 --seeds 0          # what one session's CPU affords
+    python benchmarks/literature.py --tasks burgers,darcy,pdebench_burgers --budget 720 --seeds 0,1,2
+                                                 # the issue's protocol (about 4 h 30 min)
+    python benchmarks/literature.py --budget 120 --seeds 0,1,2   # what one session's CPU affords (37 min)
 """
 
 from __future__ import annotations
@@ -44,134 +49,134 @@ import math
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import load_config
-from dynaforge.config.base import Range
-from dynaforge.config.systems import BurgersConfig
 from dynaforge.metrics.fields import relative_l2_per_frame
 from dynaforge.models import ModelInput
-from dynaforge.store.convert import convert
-from dynaforge.store.pdebench import write_tensor_file
-from dynaforge.systems.pde.burgers import Burgers
 from dynaforge.train import window_engine
 from dynaforge.train.log import read_metrics
+from literature_data import FRAMES, SPLITS, dataset_folder, task_data
 from machine import load_note
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results" / "literature.json"
-CONFIG = ROOT / "configs" / "fno_paper_burgers.yaml"
-FIGURE = ROOT / "docs" / "literature_burgers.png"
+FIGURE = ROOT / "docs" / "literature.png"
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    title: str
+    config: Path
+    history: int
+    """Frames given; the rest of each sample's frames are predicted one call at a time."""
+    spatial_dims: int
+    modes: int
+    width: int
+    projection: int
+    batch_size: int
+    """neuraloperator's batch: the same as the dynaforge config's (smaller than the paper's 20 and PDEBench's 50:
+    at budgets of minutes more optimiser steps win; on Burgers batch 10 gave neuraloperator 0.0020-0.0024
+    against 0.0032 at batch 20 in 120 s)."""
+    autoregressive: bool
+
+
+TASKS = {
+    "burgers": Task(
+        "burgers",
+        "FNO paper 1D Burgers (nu=0.1, N=1024, 1000/200 pairs)",
+        ROOT / "configs" / "fno_paper_burgers.yaml",
+        history=1,
+        spatial_dims=1,
+        modes=16,
+        width=64,
+        projection=128,
+        batch_size=10,
+        autoregressive=False,
+    ),
+    "darcy": Task(
+        "darcy",
+        "FNO paper 2D Darcy flow (49x49, 1000/200 pairs)",
+        ROOT / "configs" / "fno_paper_darcy.yaml",
+        history=1,
+        spatial_dims=2,
+        modes=12,
+        width=32,
+        projection=128,
+        batch_size=10,
+        autoregressive=False,
+    ),
+    "pdebench_burgers": Task(
+        "pdebench_burgers",
+        "PDEBench 1D Burgers (nu=0.01, 256 points, 10 frames -> 31 autoregressive, 1000/100 trajectories)",
+        ROOT / "configs" / "pdebench_burgers.yaml",
+        history=10,
+        spatial_dims=1,
+        modes=12,
+        width=20,
+        projection=128,
+        batch_size=25,
+        autoregressive=True,
+    ),
+}
 
 
 @dataclass
 class Setup:
     budget: float = 180.0
     seeds: tuple[int, ...] = (0,)
-    points: int = 1024
-    viscosity: float = 0.1
-    dt: float = 1e-3
-    n_train: int = 1000
-    n_val: int = 100
-    n_test: int = 200
-    batch_size: int = 20
     lr: float = 1e-3
     weight_decay: float = 1e-4
-    width: int = 64
-    modes: int = 16
     layers: int = 4
+    baseline_batch: int | None = None
+    """neuraloperator's batch instead of the task's."""
+    full_rollout: bool = False
+    """Autoregressive task: train both libraries through the whole rollout (PDEBench's FNO loop) instead of
+    one step at a time."""
 
 
 # ---- data ----------------------------------------------------------------------------------------------
 
 
-def paper_grf(points: int, rng: np.random.Generator) -> np.ndarray:
-    """One zero-mean draw of N(0, 625 (-Laplacian + 25 I)^-2) on the periodic unit interval (module docstring)."""
-    k = np.arange(1, points // 2)
-    scale = math.sqrt(2.0) * 25.0 / (4.0 * math.pi**2 * k**2 + 25.0)
-    a, b = rng.standard_normal(k.size), rng.standard_normal(k.size)
-    x = np.arange(points) / points
-    phase = 2.0 * math.pi * np.outer(k, x)
-    return (scale * a) @ np.cos(phase) + (scale * b) @ np.sin(phase)
+def split(fields: np.ndarray, task: Task, name: str) -> Tensor:
+    """A split's samples (n, frames, *space) as float32 (test first, then val, then train)."""
+    _, val, test = SPLITS[task.name]
+    rows = {"test": slice(0, test), "val": slice(test, test + val), "train": slice(test + val, None)}[name]
+    return torch.from_numpy(fields[rows])
 
 
-def solve(initial: np.ndarray, setup: Setup, refine: int = 1) -> np.ndarray:
-    """u(1) from u(0) (n, N) with dynaforge's Burgers solver; `refine` doubles the grid and quarters dt."""
-    points = initial.shape[1] * (2 if refine > 1 else 1)
-    dt = setup.dt / (4 if refine > 1 else 1)
-    steps = round(1.0 / dt)
-    config = BurgersConfig(
-        resolution=points,
-        viscosity=Range(setup.viscosity, setup.viscosity),
-        dt=dt,
-        steps=steps,
-        save_every=steps,
-        dtype="float64",
-    )
-    if refine > 1:  # the same Fourier modes on twice the points
-        spectrum = np.fft.rfft(initial, axis=1)
-        padded = np.zeros((initial.shape[0], points // 2 + 1), dtype=complex)
-        padded[:, : spectrum.shape[1] - 1] = spectrum[:, :-1] * 2
-        initial = np.fft.irfft(padded, n=points, axis=1)
-    u0 = torch.from_numpy(initial)[:, None, :]
-    params = torch.tensor([[1.0, setup.viscosity]], dtype=torch.float64).expand(initial.shape[0], 2)  # L, nu
-    return Burgers(config).rollout(u0, params).fields[:, -1, 0].numpy()
+Step = Callable[[Tensor], Tensor]
+"""The last `history` physical frames (B, history, *space) -> the next frame (B, 1, *space)."""
 
 
-def burgers_data(setup: Setup, cache: Path) -> dict[str, Any]:
-    """u0, u1 of every sample (test, val, train, PDEBench's order) and the accuracy check, cached."""
-    arrays = cache / "burgers_pairs.npz"
-    if arrays.exists():
-        saved = np.load(arrays)
-        return {"u0": saved["u0"], "u1": saved["u1"], "check": float(saved["check"])}
-    n = setup.n_test + setup.n_val + setup.n_train
-    u0 = np.stack([paper_grf(setup.points, np.random.default_rng(i)) for i in range(n)])
-    began = time.perf_counter()
-    u1 = solve(u0, setup)
-    print(f"solved {n} samples in {time.perf_counter() - began:.0f} s")
-    fine = solve(u0[:16], setup, refine=2)[:, ::2]
-    check = float(np.max(np.linalg.norm(u1[:16] - fine, axis=1) / np.linalg.norm(fine, axis=1)))
-    print(f"accuracy check: largest rel. L2 difference from N=2048, dt/4: {check:.2e}")
-    cache.mkdir(parents=True, exist_ok=True)
-    np.savez(arrays, u0=u0.astype(np.float32), u1=u1.astype(np.float32), check=check)
-    return {"u0": u0.astype(np.float32), "u1": u1.astype(np.float32), "check": check}
+def rollout(step: Step, samples: Tensor, history: int) -> Tensor:
+    """Every frame after the first `history`, each predicted from the model's own earlier predictions."""
+    frames, predicted = samples[:, :history], []
+    for _ in range(samples.shape[1] - history):
+        predicted.append(step(frames))
+        frames = torch.cat([frames[:, 1:], predicted[-1]], dim=1)
+    return torch.cat(predicted, dim=1)
 
 
-def dataset_folder(setup: Setup, data: dict[str, Any], cache: Path) -> Path:
-    """The pairs as a PDEBench-layout file, converted into a dataset folder with split counts."""
-    folder = cache / "burgers_folder"
-    if (folder / "manifest.json").exists():
-        return folder
-    file = cache / "1D_Burgers_fno_paper.hdf5"
-    fields = np.stack([data["u0"], data["u1"]], axis=1)  # (n, 2 frames, N)
-    write_tensor_file(file, fields, np.arange(setup.points) / setup.points, np.array([0.0, 1.0, 2.0]))
-    convert(file, folder, fractions=(setup.n_train, setup.n_val, setup.n_test))
-    return folder
-
-
-def split(data: dict[str, Any], setup: Setup, name: str) -> tuple[Tensor, Tensor]:
-    """(u0, u1) of a split as (n, 1, N) float32 tensors (test first, then val, then train)."""
-    starts = {"test": 0, "val": setup.n_test, "train": setup.n_test + setup.n_val}
-    sizes = {"test": setup.n_test, "val": setup.n_val, "train": setup.n_train}
-    rows = slice(starts[name], starts[name] + sizes[name])
-    return torch.from_numpy(data["u0"][rows])[:, None], torch.from_numpy(data["u1"][rows])[:, None]
-
-
-def test_error(predict: Any, data: dict[str, Any], setup: Setup) -> float:
-    """Mean over the test pairs of ||pred - u(1)|| / ||u(1)|| in physical units."""
-    u0, u1 = split(data, setup, "test")
+def test_error(step: Step, fields: np.ndarray, task: Task) -> float:
+    """Mean over the test samples and predicted frames of ||pred - truth|| / ||truth||, physical units."""
+    samples, errors = split(fields, task, "test"), []
     with torch.inference_mode():
-        predicted = torch.cat([predict(u0[i : i + 50]) for i in range(0, len(u0), 50)])
-    return float(relative_l2_per_frame(predicted[:, None], u1[:, None]).mean())
+        for chunk in samples.split(50):
+            predicted = rollout(step, chunk, task.history)
+            errors.append(relative_l2_per_frame(predicted[:, :, None], chunk[:, task.history :, None]))
+    return float(torch.cat(errors).mean())
 
 
 # ---- dynaforge -----------------------------------------------------------------------------------------
@@ -189,39 +194,61 @@ ABLATIONS: dict[str, list[str]] = {
     "no warmup": ["train.schedule.warmup_fraction=0"],
     "lr 3e-3": ["train.lr=0.003"],
     "batch 10": ["data.batch_size=10"],
+    "batch 20": ["data.batch_size=20"],
     "projection 256": ["model.projection=256"],
     "normal spectral init": ["model.spectral_init=normal"],
     "batch 5": ["data.batch_size=5"],
     "batch 10 no clipping": ["data.batch_size=10", "train.grad_clip=null"],
     "batch 5 no clipping": ["data.batch_size=5", "train.grad_clip=null"],
     "physical units (no normalisation)": ["data.normalize=none"],
+    "normalised, MSE": ["data.normalize=train_stats", "train.loss=mse"],
+    "no coordinates": ["model.coordinates=false"],
+    "residual": ["model.residual=true"],
+    "no residual": ["model.residual=false"],
+    "rollout 2": ["train.rollout_steps=2"],
+    "rollout 4": ["train.rollout_steps=4"],
+    "neuraloperator's units and loss": ["data.normalize=none", "train.loss=relative_l2"],
+    "neuraloperator's units and loss, no clipping": [
+        "data.normalize=none",
+        "train.loss=relative_l2",
+        "train.grad_clip=null",
+    ],
 }
-"""`--ablate`: one switch changed from configs/fno_paper_burgers.yaml at a time (dynaforge only)."""
+"""`--ablate`: one switch changed from a task's config at a time (dynaforge only)."""
 
 
 def run_dynaforge(
-    setup: Setup, data: dict[str, Any], folder: Path, seed: int, out: Path, extra: tuple[str, ...] = ()
+    task: Task,
+    setup: Setup,
+    fields: np.ndarray,
+    folder: Path,
+    seed: int,
+    out: Path,
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     overrides = [f"train.time_budget={setup.budget}", f"train.seed={seed}", *extra]
-    engine = window_engine(load_config(CONFIG, overrides), folder, out, progress=False, overwrite=True)
+    if task.autoregressive and setup.full_rollout:
+        overrides.append(f"train.rollout_steps={FRAMES[task.name] - task.history}")
+    engine = window_engine(load_config(task.config, overrides), folder, out, progress=False, overwrite=True)
     summary = engine.fit()
-    model, normalizer = engine.model.eval(), engine.task.normalizer
+    model, normalizer, dims = engine.model.eval(), engine.task.normalizer, task.spatial_dims
 
-    def predict(u0: Tensor) -> Tensor:
-        frames = normalizer.physical_to_normalized(u0[:, None], spatial_dims=1)
-        return normalizer.normalized_to_physical(model(ModelInput(frames=frames)).frames, 1)[:, 0]
+    def step(frames: Tensor) -> Tensor:
+        normalized = normalizer.physical_to_normalized(frames[:, :, None], spatial_dims=dims)
+        return normalizer.normalized_to_physical(model(ModelInput(frames=normalized)).frames, dims)[:, :1, 0]
 
     records = read_metrics(out / "metrics.jsonl")
     epochs = [r for r in records if r["kind"] == "epoch"]
     return {
         "library": "dynaforge",
+        "task": task.name,
         "seed": seed,
         "seconds": summary.seconds,
         "epochs": len(epochs),
         "parameters": real_parameters(model),
-        "test_rel_l2": test_error(predict, data, setup),
+        "test_rel_l2": test_error(step, fields, task),
         "curve": [[r["elapsed"], r["val_loss"]] for r in epochs],
-        "curve_metric": "validation loss (MSE of normalised fields)",
+        "curve_metric": "validation loss (the config's loss)",
     }
 
 
@@ -233,28 +260,36 @@ def real_parameters(model: nn.Module) -> int:
 # ---- neuraloperator ------------------------------------------------------------------------------------
 
 
-class Pairs(Dataset[dict[str, Tensor]]):
-    def __init__(self, u0: Tensor, u1: Tensor) -> None:
-        self.u0, self.u1 = u0, u1
+class Windows(Dataset[dict[str, Tensor]]):
+    """Every (history frames, next frame) window of the samples, as neuraloperator's Trainer reads them (an
+    operator task's sample is one window: its input frame and its output frame)."""
+
+    def __init__(self, samples: Tensor, history: int) -> None:
+        self.samples, self.history = samples, history
+        self.per_sample = samples.shape[1] - history
 
     def __len__(self) -> int:
-        return len(self.u0)
+        return len(self.samples) * self.per_sample
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:
-        return {"x": self.u0[i], "y": self.u1[i]}
+        sample, start = divmod(i, self.per_sample)
+        frames = self.samples[sample, start : start + self.history + 1]
+        return {"x": frames[: self.history], "y": frames[self.history :]}
 
 
-def neuraloperator_fno(setup: Setup) -> nn.Module:
+def neuraloperator_fno(task: Task, setup: Setup) -> nn.Module:
     from neuralop.models import FNO
 
+    # neuraloperator keeps n_modes // 2 + 1 rfft modes on the last axis and n_modes (both signs) on the others
+    n_modes = (*(2 * task.modes for _ in range(task.spatial_dims - 1)), 2 * task.modes - 2)
     return FNO(
-        n_modes=(2 * setup.modes - 2,),  # neuraloperator keeps n_modes // 2 + 1 rfft modes on the last axis
-        in_channels=1,
+        n_modes=n_modes,
+        in_channels=task.history,
         out_channels=1,
-        hidden_channels=setup.width,
+        hidden_channels=task.width,
         n_layers=setup.layers,
         lifting_channel_ratio=0,
-        projection_channel_ratio=2,
+        projection_channel_ratio=task.projection / task.width,
         positional_embedding="grid",
         non_linearity=nn.functional.gelu,
         use_channel_mlp=False,
@@ -269,24 +304,38 @@ def adamw(model: nn.Module, setup: Setup) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=setup.lr)
 
 
-def relative_l2_sum(predicted: Tensor, target: Tensor) -> Tensor:
-    return relative_l2_per_frame(predicted[:, None], target[:, None]).sum()
+def rollout_loss(model: nn.Module, samples: Tensor, history: int) -> Tensor:
+    """PDEBench's autoregressive training loss: the MSE of each predicted frame, summed over the rollout."""
+    predicted = rollout(model, samples, history)
+    return sum(
+        nn.functional.mse_loss(predicted[:, i], samples[:, history + i]) for i in range(predicted.shape[1])
+    )  # type: ignore[return-value]
 
 
-def probe_seconds(model: nn.Module, setup: Setup, train: DataLoader, val: DataLoader) -> tuple[float, float]:
+def operator_loss(task: Task, setup: Setup) -> Callable[[nn.Module, Any], Tensor]:
+    """The training loss of a batch: neuraloperator's LpLoss of one step, or PDEBench's rollout MSE."""
+    if task.autoregressive and setup.full_rollout:
+        return lambda model, batch: rollout_loss(model, batch[0], task.history)
+    from neuralop.losses import LpLoss
+
+    lp = LpLoss(d=task.spatial_dims, p=2)
+    return lambda model, batch: lp(model(batch["x"]), batch["y"])
+
+
+def probe_seconds(
+    model: nn.Module, setup: Setup, task: Task, train: DataLoader, validate: Callable[[nn.Module], float]
+) -> tuple[float, float]:
     """Seconds per optimiser step (median of 5 after one) and per validation, on a throwaway copy."""
-    model, times = copy.deepcopy(model), []
+    model, times, loss = copy.deepcopy(model), [], operator_loss(task, setup)
     optimizer = adamw(model, setup)
     for _, batch in zip(range(6), train, strict=False):
         began = time.perf_counter()
         optimizer.zero_grad()
-        relative_l2_sum(model(batch["x"]), batch["y"]).backward()
+        loss(model, batch).backward()
         optimizer.step()
         times.append(time.perf_counter() - began)
     began = time.perf_counter()
-    with torch.inference_mode():
-        for batch in val:
-            model(batch["x"])
+    validate(model)
     return statistics.median(times[1:]), time.perf_counter() - began
 
 
@@ -297,12 +346,107 @@ class EpochSchedulerStandIn:
         pass
 
 
-def run_neuraloperator(setup: Setup, data: dict[str, Any], seed: int) -> dict[str, Any]:
-    from neuralop.losses import LpLoss
-    from neuralop.training import Trainer
-
+def run_neuraloperator(
+    task: Task,
+    setup: Setup,
+    fields: np.ndarray,
+    seed: int,
+    build: Callable[[Task, Setup], nn.Module] | None = None,
+) -> dict[str, Any]:
+    """neuraloperator's training of its FNO (or of the model `build` makes) for the budget (module docstring)."""
     started = time.perf_counter()
     curve: list[list[float]] = []
+    torch.manual_seed(seed)
+    model = (build or neuraloperator_fno)(task, setup)
+    generator = torch.Generator().manual_seed(seed)
+    batch = setup.baseline_batch or task.batch_size
+    train_samples, val_samples = split(fields, task, "train"), split(fields, task, "val")
+    full = task.autoregressive and setup.full_rollout
+    if full:
+        train = DataLoader(TensorDataset(train_samples), batch, shuffle=True, generator=generator)
+    else:
+        train = DataLoader(Windows(train_samples, task.history), batch, shuffle=True, generator=generator)
+
+    def validate(model: nn.Module) -> float:
+        """Mean validation relative L2 (physical units), as the error against wall time."""
+        with torch.inference_mode():
+            predicted = rollout(model, val_samples, task.history)
+            error = relative_l2_per_frame(predicted[:, :, None], val_samples[:, task.history :, None]).mean()
+        return float(error)
+
+    step, validation = probe_seconds(model, setup, task, train, validate)
+    left = setup.budget - (time.perf_counter() - started)
+    epochs = max(1, math.floor(left / (len(train) * step + validation)))
+    optimizer = adamw(model, setup)
+    total = [epochs * len(train)]  # refitted after the first epoch, which times the real thing
+    cosine = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: 0.5 * (1.0 + math.cos(math.pi * min(s / total[0], 1.0)))
+    )
+    optimizer.register_step_post_hook(lambda *_: cosine.step())
+    began = time.perf_counter()
+    run_epochs(model, task, setup, train, optimizer, 1, val_samples, validate, curve, started)
+    epoch = time.perf_counter() - began
+    more = max(0, math.floor((setup.budget - (time.perf_counter() - started)) / epoch))
+    total[0] = (1 + more) * len(train)
+    if more:
+        run_epochs(model, task, setup, train, optimizer, more, val_samples, validate, curve, started)
+    epochs = 1 + more
+    seconds = time.perf_counter() - started
+    model.eval()
+    return {
+        "library": "neuraloperator",
+        "task": task.name,
+        "seed": seed,
+        "seconds": seconds,
+        "epochs": epochs,
+        "batch": batch,
+        "parameters": real_parameters(model),
+        "test_rel_l2": test_error(model, fields, task),
+        "curve": curve,
+        "curve_metric": "validation relative L2 (physical units)",
+    }
+
+
+def run_epochs(
+    model: nn.Module,
+    task: Task,
+    setup: Setup,
+    train: DataLoader,
+    optimizer: torch.optim.Optimizer,
+    epochs: int,
+    val_samples: Tensor,
+    validate: Callable[[nn.Module], float],
+    curve: list[list[float]],
+    started: float,
+) -> None:
+    """`epochs` passes of neuraloperator's Trainer, or of PDEBench's loop with `--full-rollout`."""
+    if not (task.autoregressive and setup.full_rollout):
+        train_with_trainer(model, task, train, optimizer, epochs, val_samples, curve, started)
+        return
+    loss = operator_loss(task, setup)
+    for _ in range(epochs):  # PDEBench's FNO training loop
+        model.train()
+        for batch in train:
+            optimizer.zero_grad()
+            loss(model, batch).backward()
+            optimizer.step()
+        model.eval()
+        curve.append([time.perf_counter() - started, validate(model)])
+
+
+def train_with_trainer(
+    model: nn.Module,
+    task: Task,
+    train: DataLoader,
+    optimizer: torch.optim.Optimizer,
+    epochs: int,
+    val_samples: Tensor,
+    curve: list[list[float]],
+    started: float,
+) -> None:
+    """neuraloperator's own Trainer with its LpLoss; the curve is the same validation as the other loop's."""
+    from neuralop.losses import LpLoss
+    from neuralop.training import Trainer
 
     class CurveTrainer(Trainer):
         def evaluate_all(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -311,39 +455,12 @@ def run_neuraloperator(setup: Setup, data: dict[str, Any], seed: int) -> dict[st
             curve.append([time.perf_counter() - started, float(value)])  # the Trainer averages over samples
             return metrics
 
-    torch.manual_seed(seed)
-    model = neuraloperator_fno(setup)
-    generator = torch.Generator().manual_seed(seed)
-    train = DataLoader(
-        Pairs(*split(data, setup, "train")), setup.batch_size, shuffle=True, generator=generator
-    )
-    val = DataLoader(Pairs(*split(data, setup, "val")), setup.batch_size)
-    step, validation = probe_seconds(model, setup, train, val)
-    left = setup.budget - (time.perf_counter() - started)
-    epochs = max(1, math.floor(left / (len(train) * step + validation)))
-    optimizer = adamw(model, setup)
-    total = epochs * len(train)
-    cosine = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: 0.5 * (1.0 + math.cos(math.pi * min(s / total, 1.0)))
-    )
-    optimizer.register_step_post_hook(lambda *_: cosine.step())
+    val = DataLoader(Windows(val_samples, task.history), train.batch_size)
     trainer = CurveTrainer(model=model, n_epochs=epochs, device="cpu", eval_interval=1, verbose=False)
-    loss = LpLoss(d=1, p=2)
+    loss = LpLoss(d=task.spatial_dims, p=2)
     trainer.train(
         train, {"val": val}, optimizer, EpochSchedulerStandIn(), training_loss=loss, eval_losses={"l2": loss}
     )
-    seconds = time.perf_counter() - started
-    model.eval()
-    return {
-        "library": "neuraloperator",
-        "seed": seed,
-        "seconds": seconds,
-        "epochs": epochs,
-        "parameters": real_parameters(model),
-        "test_rel_l2": test_error(lambda u0: model(u0), data, setup),
-        "curve": curve,
-        "curve_metric": "validation relative L2 (physical units)",
-    }
 
 
 # ---- the record -----------------------------------------------------------------------------------------
@@ -355,91 +472,160 @@ def spread(values: list[float]) -> str:
     return f"mean {statistics.mean(values):.4g}, min {min(values):.4g}, max {max(values):.4g}"
 
 
-def record(setup: Setup, runs: list[dict[str, Any]], check: float) -> dict[str, Any]:
+def record(
+    task: Task, setup: Setup, runs: list[dict[str, Any]], check: float, load: str | None = None
+) -> dict[str, Any]:
     mine = [r["test_rel_l2"] for r in runs if r["library"] == "dynaforge"]
     theirs = [r["test_rel_l2"] for r in runs if r["library"] == "neuraloperator"]
     seeds = len(setup.seeds)
     params = {r["library"]: r["parameters"] for r in runs}
     epochs = {lib: [r["epochs"] for r in runs if r["library"] == lib] for lib in params}
+    seconds = {lib: [round(r["seconds"]) for r in runs if r["library"] == lib] for lib in params}
+    batch = setup.baseline_batch or task.batch_size
+    how = "PDEBench's training loop" if task.autoregressive and setup.full_rollout else "Trainer"
     return {
-        "case": f"FNO paper 1D Burgers (nu=0.1, N=1024, 1000/200 pairs), {setup.budget:g} s budget, "
-        f"one thread, {seeds} seed(s)",
-        "baseline": f"neuraloperator 2.0.0 (Trainer, AdamW, batch {setup.batch_size}, cosine fitted to the budget)",
-        "metric": "test relative L2 error at the budget (mean over 200 test pairs; mean of seeds)",
+        "case": f"{task.title}, {setup.budget:g} s budget, one thread, {seeds} seed(s)",
+        "baseline": f"neuraloperator 2.0.0 ({how}, AdamW, batch {batch}, cosine fitted to the budget)",
+        "metric": "test relative L2 error at the budget (mean over test samples and predicted frames; mean of "
+        "seeds)",
         "dynaforge": statistics.mean(mine),
         "baseline_value": statistics.mean(theirs),
         "ratio": statistics.mean(theirs) / statistics.mean(mine),
         "notes": (
-            f"dynaforge {spread(mine)}; neuraloperator {spread(theirs)}; parameters {params}; epochs run "
-            f"{epochs}; data by dynaforge's Burgers solver (ETDRK4, float64, dt={setup.dt:g}, N=1024), accuracy "
-            f"check: largest rel. L2 difference of u(1) from a solve at N=2048 with dt/4, over 16 samples, "
-            f"{check:.1e}. Fewer seeds and a shorter budget than the issue's protocol (12 min x 3 seeds) when "
-            f"seeds < 3 or budget < 720 s: what one session's CPU allowed. Timings on a machine shared with "
-            f"other jobs: {load_note()}."
+            f"dynaforge {spread(mine)} ({task.config.relative_to(ROOT)}); neuraloperator {spread(theirs)}; "
+            f"parameters {params}; epochs run {epochs}; wall seconds of each run {seconds} (each library plans its "
+            f"epochs from timed steps, so a run can end before or after the budget); data and its accuracy check: literature_data.py, "
+            f"largest relative L2 difference from a finer solve {check:.1e}. Fewer seeds and a shorter budget "
+            f"than the issue's protocol (12 min x 3 seeds) when seeds < 3 or budget < 720 s: what one session's "
+            f"CPU allowed. Machine and load: {load or load_note() + '.'}"
         ),
     }
 
 
-def draw(runs: list[dict[str, Any]], path: Path) -> None:
+def draw(curves: dict[str, list[dict[str, Any]]], path: Path) -> None:
     import matplotlib  # lazy: only for the figure
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(6, 4))
-    for run in runs:
-        times, values = zip(*run["curve"], strict=True) if run["curve"] else ((), ())
-        axes.plot(times, values, label=f"{run['library']} (seed {run['seed']}): {run['curve_metric']}")
-    axes.set(xlabel="wall time (s), one thread", ylabel="validation error", yscale="log")
-    axes.set_title("FNO paper Burgers: validation error against wall time")
-    axes.legend(fontsize=7)
+    figure, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 4), squeeze=False)
+    colours = {"dynaforge": "tab:blue", "neuraloperator": "tab:orange"}
+    for axis, (name, runs) in zip(axes[0], curves.items(), strict=True):
+        for run in runs:
+            times, values = zip(*run["curve"], strict=True) if run["curve"] else ((), ())
+            label = f"{run['library']} (seed {run['seed']}): {run['curve_metric']}"
+            axis.plot(times, values, color=colours[run["library"]], alpha=0.8, label=label)
+            axis.plot([run["seconds"]], [run["test_rel_l2"]], "o", color=colours[run["library"]])
+        axis.set(
+            xlabel="wall time (s), one thread", ylabel="validation error (dots: test rel. L2)", yscale="log"
+        )
+        axis.set_title(TASKS[name].title, fontsize=8)
+        axis.legend(fontsize=6)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=110)
 
 
-def ablate(setup: Setup, data: dict[str, Any], folder: Path, cache: Path, variants: list[str]) -> None:
+def merge_records(path: Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records already in `path`, a task measured again replaced by its new record."""
+    old = json.loads(path.read_text()) if path.exists() else []
+    titles = {r["case"].split(", ")[0] for r in new}
+    return [r for r in old if r["case"].split(", ")[0] not in titles] + new
+
+
+def ablate(
+    task: Task, setup: Setup, fields: np.ndarray, folder: Path, cache: Path, variants: list[str]
+) -> None:
     """Runs the chosen variants and merges them into the record (a variant measured again at the same
-    budget and seed replaces its old row; the rest are kept, each row with its own budget and load)."""
+    task, budget and seed replaces its old row; the rest are kept, each row with its own budget and load)."""
     path = RESULTS.with_name("literature_ablation.json")
     old = json.loads(path.read_text())["runs"] if path.exists() else []
-    rows = []
     for seed in setup.seeds:
         for name, overrides in ABLATIONS.items():
             if variants and name not in variants:
                 continue
-            run = run_dynaforge(setup, data, folder, seed, cache / "ablation", tuple(overrides))
+            run = run_dynaforge(task, setup, fields, folder, seed, cache / "ablation", tuple(overrides))
             row = {"variant": name, "overrides": overrides, "budget": setup.budget, "load": load_note()}
-            rows.append(row | {k: v for k, v in run.items() if k != "curve"})
-            print(f"{name:>24} seed {seed}: test rel. L2 {run['test_rel_l2']:.4g}, {run['epochs']} epochs")
-            key = (name, seed, setup.budget)
-            old = [r for r in old if (r["variant"], r["seed"], r.get("budget", 45.0)) != key]
-            notes = (
-                "dynaforge only, one switch of configs/fno_paper_burgers.yaml changed per row, one thread; each row "
-                "names its budget (s) and the machine's load when it ended: the machine is shared with other jobs, "
-                "so epochs and errors are noisy (one seed: differences under ~15 % are within seed noise)"
+            print(
+                f"{task.name} {name:>24} seed {seed}: test rel. L2 {run['test_rel_l2']:.4g}, {run['epochs']} epochs"
             )
-            atomic_write_json(path, {"notes": notes, "runs": old + rows})
+            key = (task.name, name, seed, setup.budget)
+            old = [
+                r
+                for r in old
+                if (r.get("task", "burgers"), r["variant"], r["seed"], r.get("budget", 45.0)) != key
+            ]
+            old.append(row | {k: v for k, v in run.items() if k != "curve"})
+            notes = (
+                "dynaforge only, one switch of the task's config changed per row, one thread; each row names its "
+                "task (burgers when absent), budget (s) and the machine's load when it ended: the machine is shared "
+                "with other jobs, so epochs and errors are noisy (one seed: differences under ~15 % are within "
+                "seed noise)"
+            )
+            atomic_write_json(path, {"notes": notes, "runs": old})
 
 
-def baseline_rows(setup: Setup, data: dict[str, Any]) -> None:
-    """neuraloperator alone at `setup.batch_size`: is a switch that helps dynaforge as good for it?"""
+def baseline_rows(task: Task, setup: Setup, fields: np.ndarray) -> None:
+    """neuraloperator alone at `--baseline-batch`: is a switch that helps dynaforge as good for it?"""
     path = RESULTS.with_name("literature_ablation.json")
-    record = json.loads(path.read_text()) if path.exists() else {"notes": "", "runs": []}
+    saved = json.loads(path.read_text()) if path.exists() else {"notes": "", "runs": []}
     for seed in setup.seeds:
-        run = run_neuraloperator(setup, data, seed)
-        name = f"neuraloperator, batch {setup.batch_size}"
-        print(f"{name:>24} seed {seed}: test rel. L2 {run['test_rel_l2']:.4g}, {run['epochs']} epochs")
-        key = (name, seed, setup.budget)
-        record["runs"] = [
-            r for r in record["runs"] if (r["variant"], r["seed"], r.get("budget", 45.0)) != key
+        run = run_neuraloperator(task, setup, fields, seed)
+        name = f"neuraloperator, batch {run['batch']}"
+        print(
+            f"{task.name} {name:>24} seed {seed}: test rel. L2 {run['test_rel_l2']:.4g}, {run['epochs']} epochs"
+        )
+        key = (task.name, name, seed, setup.budget)
+        saved["runs"] = [
+            r
+            for r in saved["runs"]
+            if (r.get("task", "burgers"), r["variant"], r["seed"], r.get("budget", 45.0)) != key
         ]
         row = {"variant": name, "overrides": [], "budget": setup.budget, "load": load_note()}
-        record["runs"].append(row | {k: v for k, v in run.items() if k != "curve"})
-        atomic_write_json(path, record)
+        saved["runs"].append(row | {k: v for k, v in run.items() if k != "curve"})
+        atomic_write_json(path, saved)
+
+
+class DynaforgeFNO(nn.Module):
+    """dynaforge's FNO built from a task's config, taking and returning (B, frames, *space) physical fields
+    like neuraloperator's (for `--cross`: which half, model or training, decides the difference)."""
+
+    def __init__(self, task: Task) -> None:
+        from dynaforge.models.base import ModelShape
+        from dynaforge.models.registry import build_model
+
+        super().__init__()
+        config = load_config(task.config, [])
+        self.net = build_model(config.model, ModelShape(1, task.history, 1, task.spatial_dims))
+
+    def forward(self, x: Tensor, **_: Any) -> Tensor:
+        return self.net(ModelInput(frames=x[:, :, None])).frames[:, :, 0]
+
+
+def cross_rows(task: Task, setup: Setup, fields: np.ndarray) -> None:
+    """dynaforge's FNO (its config's model, no normalisation) trained by neuraloperator's loop: its rows
+    go to results/literature_ablation.json."""
+    path = RESULTS.with_name("literature_ablation.json")
+    saved = json.loads(path.read_text()) if path.exists() else {"notes": "", "runs": []}
+    for seed in setup.seeds:
+        run = run_neuraloperator(task, setup, fields, seed, build=lambda task, _: DynaforgeFNO(task))
+        name = f"dynaforge's FNO in neuraloperator's loop, batch {run['batch']}"
+        print(
+            f"{task.name} {name} seed {seed}: test rel. L2 {run['test_rel_l2']:.4g}, {run['epochs']} epochs"
+        )
+        key = (task.name, name, seed, setup.budget)
+        saved["runs"] = [
+            r
+            for r in saved["runs"]
+            if (r.get("task", "burgers"), r["variant"], r["seed"], r.get("budget", 45.0)) != key
+        ]
+        row = {"variant": name, "overrides": [], "budget": setup.budget, "load": load_note()}
+        saved["runs"].append(row | {k: v for k, v in run.items() if k != "curve"} | {"library": "cross"})
+        atomic_write_json(path, saved)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of {', '.join(TASKS)}")
     parser.add_argument("--budget", type=float, default=180.0, help="seconds of training per run")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (the issue asks for 0,1,2)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "dynaforge-literature")
@@ -448,47 +634,89 @@ def main() -> None:
     parser.add_argument(
         "--variants", default="", help="--ablate: ABLATIONS names separated by semicolons (default all)"
     )
-    parser.add_argument("--baseline-batch", type=int, default=20, help="neuraloperator's batch size")
+    parser.add_argument(
+        "--baseline-batch", type=int, default=None, help="neuraloperator's batch (default: the task's)"
+    )
     parser.add_argument(
         "--baseline-only",
         action="store_true",
-        help="neuraloperator only (at --baseline-batch), its rows added to results/literature_ablation.json",
+        help="neuraloperator only, its rows added to results/literature_ablation.json",
     )
     parser.add_argument(
         "--ablate",
         action="store_true",
         help="dynaforge only: the ABLATIONS, to results/literature_ablation.json",
     )
+    parser.add_argument(
+        "--cross",
+        action="store_true",
+        help="dynaforge's FNO trained by neuraloperator's loop, rows to results/literature_ablation.json",
+    )
+    parser.add_argument(
+        "--full-rollout",
+        action="store_true",
+        help="autoregressive task: both libraries train through the whole rollout (PDEBench's FNO loop)",
+    )
+    parser.add_argument(
+        "--rewrite-records",
+        action="store_true",
+        help="rebuild the records and the figure from results/literature.curves.json (no training)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     setup = Setup(
-        budget=args.budget, seeds=tuple(int(s) for s in args.seeds.split(",")), batch_size=args.baseline_batch
+        budget=args.budget,
+        seeds=tuple(int(s) for s in args.seeds.split(",")),
+        baseline_batch=args.baseline_batch,
+        full_rollout=args.full_rollout,
     )
-    data = burgers_data(setup, args.cache)
-    folder = dataset_folder(setup, data, args.cache)
-    print(f"dataset folder {folder}; accuracy check {data['check']:.2e}")
-    if args.data_only:
+    tasks = [TASKS[name.strip()] for name in args.tasks.split(",")]
+    curves_path = args.out.with_name(args.out.stem + ".curves.json")
+    curves = json.loads(curves_path.read_text()).get("tasks", {}) if curves_path.exists() else {}
+    if args.rewrite_records:
+        saved = json.loads(curves_path.read_text())
+        setup.budget = saved["budget"]
+        for name, runs in saved["tasks"].items():
+            setup.seeds = tuple(r["seed"] for r in runs if r["library"] == "dynaforge")
+            old = [r for r in json.loads(args.out.read_text()) if r["case"].startswith(TASKS[name].title)]
+            load = old[0]["notes"].split("Machine and load: ")[-1] if old else None  # when it ran
+            new = record(TASKS[name], setup, runs, task_data(name, args.cache)["check"], load)
+            atomic_write_json(args.out, merge_records(args.out, [new]))
+        draw({name: saved["tasks"][name] for name in TASKS if name in saved["tasks"]}, FIGURE)
         return
-    if args.baseline_only:
-        baseline_rows(setup, data)
-        return
-    if args.ablate:
-        ablate(setup, data, folder, args.cache, [v.strip() for v in args.variants.split(";") if v.strip()])
-        return
-    runs = []
-    for seed in setup.seeds:  # the libraries take turns, so that both see the same machine load
-        runs.append(run_dynaforge(setup, data, folder, seed, args.cache / f"run-{seed}"))
-        runs.append(run_neuraloperator(setup, data, seed))
-        for run in runs[-2:]:
-            print(
-                f"{run['library']:>15} seed {seed}: test rel. L2 {run['test_rel_l2']:.4g} after "
-                f"{run['seconds']:.0f} s, {run['epochs']} epochs, {run['parameters']} parameters"
+    for task in tasks:
+        data = task_data(task.name, args.cache)
+        folder = dataset_folder(task.name, data["fields"], args.cache)
+        print(f"{task.name}: dataset folder {folder}; accuracy check {data['check']:.2e}")
+        if args.data_only:
+            continue
+        if args.baseline_only:
+            baseline_rows(task, setup, data["fields"])
+            continue
+        if args.cross:
+            cross_rows(task, setup, data["fields"])
+            continue
+        if args.ablate:
+            variants = [v.strip() for v in args.variants.split(";") if v.strip()]
+            ablate(task, setup, data["fields"], folder, args.cache, variants)
+            continue
+        runs = []
+        for seed in setup.seeds:  # the libraries take turns, so that both see the same machine load
+            runs.append(
+                run_dynaforge(task, setup, data["fields"], folder, seed, args.cache / f"run-{task.name}")
             )
-    atomic_write_json(args.out, [record(setup, runs, data["check"])])
-    curves = {"setup": asdict(setup), "runs": runs}
-    atomic_write_json(args.out.with_name(args.out.stem + ".curves.json"), curves)
-    draw(runs, FIGURE)
-    print(json.dumps(record(setup, runs, data["check"]), indent=2))
+            runs.append(run_neuraloperator(task, setup, data["fields"], seed))
+            for run in runs[-2:]:
+                print(
+                    f"{task.name} {run['library']:>15} seed {seed}: test rel. L2 {run['test_rel_l2']:.4g} after "
+                    f"{run['seconds']:.0f} s, {run['epochs']} epochs, {run['parameters']} parameters"
+                )
+        new = record(task, setup, runs, data["check"])
+        atomic_write_json(args.out, merge_records(args.out, [new]))
+        curves[task.name] = runs
+        atomic_write_json(curves_path, {"budget": setup.budget, "tasks": curves})
+        draw({name: curves[name] for name in TASKS if name in curves}, FIGURE)
+        print(json.dumps(new, indent=2))
 
 
 if __name__ == "__main__":
