@@ -48,6 +48,7 @@ import json
 import math
 import statistics
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -519,7 +520,7 @@ def draw(curves: dict[str, list[dict[str, Any]]], path: Path) -> None:
         axis.set(
             xlabel="wall time (s), one thread", ylabel="validation error (dots: test rel. L2)", yscale="log"
         )
-        axis.set_title(TASKS[name].title, fontsize=8)
+        axis.set_title(textwrap.fill(TASKS[name].title, 60), fontsize=8)
         axis.legend(fontsize=6)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
