@@ -36,7 +36,7 @@ error / dynaforge's (> 1: dynaforge better), mean of the seeds. Validation error
 results/literature.curves.json and docs/literature.png.
 
     python benchmarks/literature.py --tasks burgers,darcy,pdebench_burgers --budget 720 --seeds 0,1,2
-                                                 # the issue's protocol (about 4 h 30 min)
+                                                 # the issue's protocol (3.6 h of training)
     python benchmarks/literature.py --budget 120 --seeds 0,1,2   # what one session's CPU affords (37 min)
 """
 
