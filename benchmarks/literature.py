@@ -147,6 +147,11 @@ class Setup:
     one step at a time."""
 
 
+def through_rollout(task: Task, setup: Setup) -> bool:
+    """Both libraries train the whole rollout (`--full-rollout`, autoregressive task only)."""
+    return task.autoregressive and setup.full_rollout
+
+
 # ---- data ----------------------------------------------------------------------------------------------
 
 
@@ -228,7 +233,7 @@ def run_dynaforge(
     extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     overrides = [f"train.time_budget={setup.budget}", f"train.seed={seed}", *extra]
-    if task.autoregressive and setup.full_rollout:
+    if through_rollout(task, setup):
         overrides.append(f"train.rollout_steps={FRAMES[task.name] - task.history}")
     engine = window_engine(load_config(task.config, overrides), folder, out, progress=False, overwrite=True)
     summary = engine.fit()
@@ -307,15 +312,13 @@ def adamw(model: nn.Module, setup: Setup) -> torch.optim.AdamW:
 
 def rollout_loss(model: nn.Module, samples: Tensor, history: int) -> Tensor:
     """PDEBench's autoregressive training loss: the MSE of each predicted frame, summed over the rollout."""
-    predicted = rollout(model, samples, history)
-    return sum(
-        nn.functional.mse_loss(predicted[:, i], samples[:, history + i]) for i in range(predicted.shape[1])
-    )  # type: ignore[return-value]
+    error = rollout(model, samples, history) - samples[:, history:]
+    return error.square().flatten(2).mean(dim=(0, 2)).sum()
 
 
 def operator_loss(task: Task, setup: Setup) -> Callable[[nn.Module, Any], Tensor]:
     """The training loss of a batch: neuraloperator's LpLoss of one step, or PDEBench's rollout MSE."""
-    if task.autoregressive and setup.full_rollout:
+    if through_rollout(task, setup):
         return lambda model, batch: rollout_loss(model, batch[0], task.history)
     from neuralop.losses import LpLoss
 
@@ -362,8 +365,7 @@ def run_neuraloperator(
     generator = torch.Generator().manual_seed(seed)
     batch = setup.baseline_batch or task.batch_size
     train_samples, val_samples = split(fields, task, "train"), split(fields, task, "val")
-    full = task.autoregressive and setup.full_rollout
-    if full:
+    if through_rollout(task, setup):
         train = DataLoader(TensorDataset(train_samples), batch, shuffle=True, generator=generator)
     else:
         train = DataLoader(Windows(train_samples, task.history), batch, shuffle=True, generator=generator)
@@ -421,7 +423,7 @@ def run_epochs(
     started: float,
 ) -> None:
     """`epochs` passes of neuraloperator's Trainer, or of PDEBench's loop with `--full-rollout`."""
-    if not (task.autoregressive and setup.full_rollout):
+    if not through_rollout(task, setup):
         train_with_trainer(model, task, train, optimizer, epochs, val_samples, curve, started)
         return
     loss = operator_loss(task, setup)
@@ -445,7 +447,7 @@ def train_with_trainer(
     curve: list[list[float]],
     started: float,
 ) -> None:
-    """neuraloperator's own Trainer with its LpLoss; the curve is the same validation as the other loop's."""
+    """neuraloperator's own Trainer with its LpLoss; the curve is its own validation of one-step windows."""
     from neuralop.losses import LpLoss
     from neuralop.training import Trainer
 
@@ -483,7 +485,7 @@ def record(
     epochs = {lib: [r["epochs"] for r in runs if r["library"] == lib] for lib in params}
     seconds = {lib: [round(r["seconds"]) for r in runs if r["library"] == lib] for lib in params}
     batch = setup.baseline_batch or task.batch_size
-    how = "PDEBench's training loop" if task.autoregressive and setup.full_rollout else "Trainer"
+    how = "PDEBench's training loop" if through_rollout(task, setup) else "Trainer"
     return {
         "case": f"{task.title}, {setup.budget:g} s budget, one thread, {seeds} seed(s)",
         "baseline": f"neuraloperator 2.0.0 ({how}, AdamW, batch {batch}, cosine fitted to the budget)",
@@ -533,57 +535,47 @@ def merge_records(path: Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]
     return [r for r in old if r["case"].split(", ")[0] not in titles] + new
 
 
-def ablate(
-    task: Task, setup: Setup, fields: np.ndarray, folder: Path, cache: Path, variants: list[str]
+ABLATION_NOTES = (
+    "one change per row (dynaforge: one switch of the task's config; neuraloperator alone; dynaforge's FNO in "
+    "neuraloperator's loop), one thread; each row names its task (burgers when absent), budget (s) and the "
+    "machine's load when it ended: the machine is shared with other jobs, so epochs and errors are noisy (one "
+    "seed: differences under ~15 % are within seed noise)"
+)
+
+
+def save_row(
+    path: Path, task: Task, setup: Setup, name: str, overrides: list[str], run: dict[str, Any]
 ) -> None:
-    """Runs the chosen variants and merges them into the record (a variant measured again at the same
-    task, budget and seed replaces its old row; the rest are kept, each row with its own budget and load)."""
-    path = RESULTS.with_name("literature_ablation.json")
-    old = json.loads(path.read_text())["runs"] if path.exists() else []
+    """Adds a run to the ablation file `path` (a row of the same task, name, seed and budget is replaced)."""
+    saved = json.loads(path.read_text())["runs"] if path.exists() else []
+    key = (task.name, name, run["seed"], setup.budget)
+    rows = [
+        r for r in saved if (r.get("task", "burgers"), r["variant"], r["seed"], r.get("budget", 45.0)) != key
+    ]
+    row = {"variant": name, "overrides": overrides, "budget": setup.budget, "load": load_note()}
+    rows.append(row | {k: v for k, v in run.items() if k != "curve"})
+    atomic_write_json(path, {"notes": ABLATION_NOTES, "runs": rows})
+    print(
+        f"{task.name} {name} seed {run['seed']}: test rel. L2 {run['test_rel_l2']:.4g}, {run['epochs']} epochs"
+    )
+
+
+def ablate(
+    task: Task, setup: Setup, fields: np.ndarray, folder: Path, cache: Path, variants: list[str], path: Path
+) -> None:
+    """dynaforge with each chosen variant of the task's config, rows to the ablation file `path`."""
     for seed in setup.seeds:
         for name, overrides in ABLATIONS.items():
-            if variants and name not in variants:
-                continue
-            run = run_dynaforge(task, setup, fields, folder, seed, cache / "ablation", tuple(overrides))
-            row = {"variant": name, "overrides": overrides, "budget": setup.budget, "load": load_note()}
-            print(
-                f"{task.name} {name:>24} seed {seed}: test rel. L2 {run['test_rel_l2']:.4g}, {run['epochs']} epochs"
-            )
-            key = (task.name, name, seed, setup.budget)
-            old = [
-                r
-                for r in old
-                if (r.get("task", "burgers"), r["variant"], r["seed"], r.get("budget", 45.0)) != key
-            ]
-            old.append(row | {k: v for k, v in run.items() if k != "curve"})
-            notes = (
-                "dynaforge only, one switch of the task's config changed per row, one thread; each row names its "
-                "task (burgers when absent), budget (s) and the machine's load when it ended: the machine is shared "
-                "with other jobs, so epochs and errors are noisy (one seed: differences under ~15 % are within "
-                "seed noise)"
-            )
-            atomic_write_json(path, {"notes": notes, "runs": old})
+            if not variants or name in variants:
+                run = run_dynaforge(task, setup, fields, folder, seed, cache / "ablation", tuple(overrides))
+                save_row(path, task, setup, name, overrides, run)
 
 
-def baseline_rows(task: Task, setup: Setup, fields: np.ndarray) -> None:
+def baseline_rows(task: Task, setup: Setup, fields: np.ndarray, path: Path) -> None:
     """neuraloperator alone at `--baseline-batch`: is a switch that helps dynaforge as good for it?"""
-    path = RESULTS.with_name("literature_ablation.json")
-    saved = json.loads(path.read_text()) if path.exists() else {"notes": "", "runs": []}
     for seed in setup.seeds:
         run = run_neuraloperator(task, setup, fields, seed)
-        name = f"neuraloperator, batch {run['batch']}"
-        print(
-            f"{task.name} {name:>24} seed {seed}: test rel. L2 {run['test_rel_l2']:.4g}, {run['epochs']} epochs"
-        )
-        key = (task.name, name, seed, setup.budget)
-        saved["runs"] = [
-            r
-            for r in saved["runs"]
-            if (r.get("task", "burgers"), r["variant"], r["seed"], r.get("budget", 45.0)) != key
-        ]
-        row = {"variant": name, "overrides": [], "budget": setup.budget, "load": load_note()}
-        saved["runs"].append(row | {k: v for k, v in run.items() if k != "curve"})
-        atomic_write_json(path, saved)
+        save_row(path, task, setup, f"neuraloperator, batch {run['batch']}", [], run)
 
 
 class DynaforgeFNO(nn.Module):
@@ -602,26 +594,12 @@ class DynaforgeFNO(nn.Module):
         return self.net(ModelInput(frames=x[:, :, None])).frames[:, :, 0]
 
 
-def cross_rows(task: Task, setup: Setup, fields: np.ndarray) -> None:
-    """dynaforge's FNO (its config's model, no normalisation) trained by neuraloperator's loop: its rows
-    go to results/literature_ablation.json."""
-    path = RESULTS.with_name("literature_ablation.json")
-    saved = json.loads(path.read_text()) if path.exists() else {"notes": "", "runs": []}
+def cross_rows(task: Task, setup: Setup, fields: np.ndarray, path: Path) -> None:
+    """dynaforge's FNO (its config's model, no normalisation) trained by neuraloperator's loop."""
     for seed in setup.seeds:
         run = run_neuraloperator(task, setup, fields, seed, build=lambda task, _: DynaforgeFNO(task))
         name = f"dynaforge's FNO in neuraloperator's loop, batch {run['batch']}"
-        print(
-            f"{task.name} {name} seed {seed}: test rel. L2 {run['test_rel_l2']:.4g}, {run['epochs']} epochs"
-        )
-        key = (task.name, name, seed, setup.budget)
-        saved["runs"] = [
-            r
-            for r in saved["runs"]
-            if (r.get("task", "burgers"), r["variant"], r["seed"], r.get("budget", 45.0)) != key
-        ]
-        row = {"variant": name, "overrides": [], "budget": setup.budget, "load": load_note()}
-        saved["runs"].append(row | {k: v for k, v in run.items() if k != "curve"} | {"library": "cross"})
-        atomic_write_json(path, saved)
+        save_row(path, task, setup, name, [], run | {"library": "cross"})
 
 
 def main() -> None:
@@ -641,17 +619,17 @@ def main() -> None:
     parser.add_argument(
         "--baseline-only",
         action="store_true",
-        help="neuraloperator only, its rows added to results/literature_ablation.json",
+        help="neuraloperator only, its rows added to results/literature_ablation.json (beside --out)",
     )
     parser.add_argument(
         "--ablate",
         action="store_true",
-        help="dynaforge only: the ABLATIONS, to results/literature_ablation.json",
+        help="dynaforge only: the ABLATIONS, to results/literature_ablation.json (beside --out)",
     )
     parser.add_argument(
         "--cross",
         action="store_true",
-        help="dynaforge's FNO trained by neuraloperator's loop, rows to results/literature_ablation.json",
+        help="dynaforge's FNO trained by neuraloperator's loop, rows to results/literature_ablation.json (beside --out)",
     )
     parser.add_argument(
         "--full-rollout",
@@ -671,8 +649,15 @@ def main() -> None:
         baseline_batch=args.baseline_batch,
         full_rollout=args.full_rollout,
     )
+    unknown = [name for name in args.tasks.split(",") if name.strip() not in TASKS]
+    if unknown:
+        parser.error(f"--tasks: unknown {', '.join(unknown)}; choose from {', '.join(TASKS)}")
     tasks = [TASKS[name.strip()] for name in args.tasks.split(",")]
     curves_path = args.out.with_name(args.out.stem + ".curves.json")
+    ablation_path = args.out.with_name(args.out.stem + "_ablation.json")
+    figure = FIGURE if args.out == RESULTS else args.out.with_suffix(".png")  # a trial run keeps docs/ as is
+    if args.rewrite_records and not curves_path.exists():
+        parser.error(f"--rewrite-records: {curves_path} does not exist; run the benchmark first")
     curves = json.loads(curves_path.read_text()).get("tasks", {}) if curves_path.exists() else {}
     if args.rewrite_records:
         saved = json.loads(curves_path.read_text())
@@ -683,7 +668,7 @@ def main() -> None:
             load = old[0]["notes"].split("Machine and load: ")[-1] if old else None  # when it ran
             new = record(TASKS[name], setup, runs, task_data(name, args.cache)["check"], load)
             atomic_write_json(args.out, merge_records(args.out, [new]))
-        draw({name: saved["tasks"][name] for name in TASKS if name in saved["tasks"]}, FIGURE)
+        draw({name: saved["tasks"][name] for name in TASKS if name in saved["tasks"]}, figure)
         return
     for task in tasks:
         data = task_data(task.name, args.cache)
@@ -692,14 +677,14 @@ def main() -> None:
         if args.data_only:
             continue
         if args.baseline_only:
-            baseline_rows(task, setup, data["fields"])
+            baseline_rows(task, setup, data["fields"], ablation_path)
             continue
         if args.cross:
-            cross_rows(task, setup, data["fields"])
+            cross_rows(task, setup, data["fields"], ablation_path)
             continue
         if args.ablate:
             variants = [v.strip() for v in args.variants.split(";") if v.strip()]
-            ablate(task, setup, data["fields"], folder, args.cache, variants)
+            ablate(task, setup, data["fields"], folder, args.cache, variants, ablation_path)
             continue
         runs = []
         for seed in setup.seeds:  # the libraries take turns, so that both see the same machine load
@@ -716,7 +701,7 @@ def main() -> None:
         atomic_write_json(args.out, merge_records(args.out, [new]))
         curves[task.name] = runs
         atomic_write_json(curves_path, {"budget": setup.budget, "tasks": curves})
-        draw({name: curves[name] for name in TASKS if name in curves}, FIGURE)
+        draw({name: curves[name] for name in TASKS if name in curves}, figure)
         print(json.dumps(new, indent=2))
 
 

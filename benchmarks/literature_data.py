@@ -37,6 +37,7 @@ is stored as a two-frame "trajectory": frame 0 the input field, frame 1 the outp
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -48,6 +49,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 import torch
 
+from dynaforge.atomic import atomic_path
 from dynaforge.config.base import Range
 from dynaforge.config.systems import BurgersConfig
 from dynaforge.store.convert import convert
@@ -138,6 +140,7 @@ def darcy_solve(a: np.ndarray) -> np.ndarray:
     h = 1.0 / (s - 1)
     m = s - 2
     index = np.arange(m * m).reshape(m, m)
+    ii, jj = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
     inner = a[1:-1, 1:-1]
     rows, cols, values = [], [], []
     diagonal = np.zeros((m, m))
@@ -145,7 +148,6 @@ def darcy_solve(a: np.ndarray) -> np.ndarray:
         neighbour = a[1 + di : s - 1 + di, 1 + dj : s - 1 + dj]
         face = 2.0 * inner * neighbour / (inner + neighbour) / h**2
         diagonal += face
-        ii, jj = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
         ni, nj = ii + di, jj + dj
         inside = (ni >= 0) & (ni < m) & (nj >= 0) & (nj < m)  # boundary neighbours hold u = 0
         rows.append(index[inside])
@@ -217,9 +219,21 @@ MAKERS: dict[str, Callable[[int], tuple[np.ndarray, float]]] = {
 }
 
 
+SETTINGS = {"darcy": (DARCY_MODES, DARCY_POINTS, DARCY_SOLVE, DARCY_CHECK)}
+"""What else a task's data depends on, beside its splits and frames (part of its cache's name)."""
+
+
+def cached(task: str, cache: Path, suffix: str) -> Path:
+    """The cache file of a task's data, named after what the data depends on: a changed setting is regenerated
+    instead of read from an old file."""
+    key = hashlib.sha256(repr((SPLITS[task], FRAMES[task], SETTINGS.get(task))).encode()).hexdigest()[:10]
+    return cache / f"{task}-{key}{suffix}"
+
+
 def task_data(task: str, cache: Path) -> dict[str, Any]:
-    """`fields` (n, frames, *space) float32 in split order (test, val, train) and the accuracy check, cached."""
-    arrays = cache / f"{task}.npz"
+    """`fields` (n, frames, *space) float32 in split order (test, val, train) and the accuracy check, cached
+    (written atomically: a killed run leaves no partial file)."""
+    arrays = cached(task, cache, ".npz")
     if arrays.exists():
         saved = np.load(arrays)
         return {"fields": saved["fields"], "check": float(saved["check"])}
@@ -228,17 +242,17 @@ def task_data(task: str, cache: Path) -> dict[str, Any]:
     print(
         f"{task}: {fields.shape[0]} samples in {time.perf_counter() - began:.0f} s; accuracy check {check:.2e}"
     )
-    cache.mkdir(parents=True, exist_ok=True)
-    np.savez(arrays, fields=fields.astype(np.float32), check=check)
+    with atomic_path(arrays) as tmp, tmp.open("wb") as file:
+        np.savez(file, fields=fields.astype(np.float32), check=check)
     return {"fields": fields.astype(np.float32), "check": check}
 
 
 def dataset_folder(task: str, fields: np.ndarray, cache: Path) -> Path:
     """The fields as a PDEBench-layout file, converted into a dataset folder with split counts."""
-    folder = cache / f"{task}_folder"
+    folder = cached(task, cache, "_folder")
     if (folder / "manifest.json").exists():
         return folder
-    file = cache / f"{task}.hdf5"
+    file = cached(task, cache, ".hdf5")
     frames, space = fields.shape[1], fields.shape[2:]
     t = np.arange(frames + 1, dtype=float)
     if len(space) == 1:
