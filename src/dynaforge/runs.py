@@ -32,7 +32,10 @@ file). A training checkpoint holds:
     data                             the dataset folder trained on
     world_size, torch_threads        processes that trained it, and their torch thread count
     elapsed                          seconds trained so far, resumes included
-    budget_epochs                    a `train.time_budget` run's planned epochs (kept on resume)
+    budget_epochs                    a `train.time_budget` run's epochs (kept on resume)
+    budget_settled                   whether that count was settled after the first epoch (and the
+    budget_epoch_began,              elapsed seconds when that epoch began and what a checkpoint costs,
+    budget_checkpoint_seconds        for a run resumed before it ended)
 
 State dicts never carry the `_orig_mod.` (torch.compile) or `module.` (DDP) prefixes; `load_checkpoint`
 also strips them from files written by other tools.

@@ -48,10 +48,15 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
 
 def test_a_budget_becomes_whole_epochs_and_the_schedule_spans_them(budget_run: Path) -> None:
     records = read_metrics(budget_run / "metrics.jsonl")
-    (plan,) = [r for r in records if r["kind"] == "budget"]
+    plan, settled = [r for r in records if r["kind"] == "budget"]
     epochs = [r for r in records if r["kind"] == "epoch"]
-    assert plan["epochs"] == len(epochs) >= 2
+    assert settled["settled"] and settled["planned_epochs"] == plan["epochs"]
+    assert settled["epochs"] == len(epochs) >= 2
     assert plan["micro_batch_seconds"] > 0 and plan["validation_seconds"] > 0
+    # Settled from the first epoch's time: the epochs that fit in what was left after it, and that one.
+    left = settled["budget"] - settled["elapsed"] - settled["checkpoint_seconds"]
+    assert settled["epochs"] == 1 + max(0, math.floor(left / settled["epoch_seconds"]))
+    assert settled["epoch_seconds"] >= epochs[0]["elapsed"] - plan["elapsed"]
     # Cosine to min_lr_ratio 0 over the planned steps: the last step's lr is the last value before zero.
     windows = [r for r in records if r["kind"] == "train"]
     assert windows[-1]["lr"] < 0.01 * max(w["lr"] for w in windows)
@@ -64,14 +69,38 @@ def test_a_budget_becomes_whole_epochs_and_the_schedule_spans_them(budget_run: P
 
 
 def test_the_plan_leaves_no_trace_a_run_of_that_many_epochs_has_the_same_weights(
-    budget_run: Path, tiny_data: Path, tmp_path: Path
+    tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    epochs = load_checkpoint(budget_run / "checkpoints" / "last.pt")["budget_epochs"]
+    # Both counts (before the first step and after the first epoch) made the same, so that the schedule
+    # never moves: then a budget run is a plain run of that many epochs, bit for bit, if the timed probe
+    # steps were undone.
+    epochs = 3
+    monkeypatch.setattr(engine, "epochs_in_budget", lambda *_: epochs)
+    monkeypatch.setattr(engine, "epochs_after_the_first", lambda *_: epochs)
+    budget = tmp_path / "budget"
+    train(load_config(TINY, BUDGET), tiny_data, budget, progress=False)
+    assert load_checkpoint(budget / "checkpoints" / "last.pt")["budget_epochs"] == epochs
     plain = tmp_path / "plain"
     train(load_config(TINY, [f"train.epochs={epochs}"]), tiny_data, plain, progress=False)
     expected = weights(plain / "checkpoints" / "last.pt")
-    for name, value in weights(budget_run / "checkpoints" / "last.pt").items():
+    for name, value in weights(budget / "checkpoints" / "last.pt").items():
         assert torch.equal(value, expected[name]), name
+
+
+def test_a_plan_that_missed_is_corrected_after_the_first_epoch(
+    tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Probe steps that made an epoch look 40x cheaper than it is: the first epoch's measured time decides.
+    monkeypatch.setattr(engine, "epochs_in_budget", lambda *_: 80)
+    run = tmp_path / "run"
+    train(load_config(TINY, ["train.time_budget=1"]), tiny_data, run, progress=False)
+    records = read_metrics(run / "metrics.jsonl")
+    plan, settled = [r for r in records if r["kind"] == "budget"]
+    epochs = [r for r in records if r["kind"] == "epoch"]
+    assert plan["epochs"] == 80 and settled["planned_epochs"] == 80
+    left = settled["budget"] - settled["elapsed"] - settled["checkpoint_seconds"]
+    assert settled["epochs"] == len(epochs) == 1 + max(0, math.floor(left / settled["epoch_seconds"]))
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["budget_epochs"] == len(epochs)
 
 
 def test_a_budget_run_resumed_from_its_first_epoch_ends_with_the_same_weights(
@@ -90,6 +119,6 @@ def test_a_budget_run_resumed_from_its_first_epoch_ends_with_the_same_weights(
     for name, value in weights(killed / "checkpoints" / "last.pt").items():
         assert torch.equal(value, expected[name]), name
     records = read_metrics(killed / "metrics.jsonl")
-    assert len([r for r in records if r["kind"] == "budget"]) == 1  # planned once, not again on resume
+    assert len([r for r in records if r["kind"] == "budget"]) == 2  # planned and settled, not again on resume
     after = [r for r in records if r["kind"] == "epoch" and r["epoch"] > 1]
     assert after and min(r["elapsed"] for r in after) > first["elapsed"]  # the clock carries on

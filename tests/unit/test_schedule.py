@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from dynaforge.config import ConfigError, ScheduleConfig, TrainConfig, load_config
-from dynaforge.train.schedule import Schedule, schedule_factor, schedule_intervals
+from dynaforge.train.schedule import (
+    Schedule,
+    epochs_after_the_first,
+    epochs_in_budget,
+    schedule_factor,
+    schedule_intervals,
+)
 
 
 def factors(config: ScheduleConfig, total: int) -> list[float]:
@@ -99,3 +105,19 @@ def test_intervals_per_step_or_epoch_and_config_errors() -> None:
         load_config(None, ["train.schedule.name=linear"])
     with pytest.raises(ConfigError, match="warmup_fraction must be in"):
         TrainConfig(schedule=ScheduleConfig(warmup_fraction=1.0))
+
+
+def test_a_budget_is_counted_in_whole_epochs_that_fit() -> None:
+    # 10 micro-batches of 0.5 s and a 1 s validation: 6 s an epoch; 100 s hold 16 of them.
+    assert epochs_in_budget(100.0, 10, 0.5, 1.0) == 16
+    assert epochs_in_budget(5.0, 10, 0.5, 1.0) == 1  # at least one, even when none fits
+    assert epochs_in_budget(100.0, 10, 0.0, 0.0) == 1  # nothing timed: one epoch, not infinitely many
+
+
+def test_after_the_first_epoch_the_count_is_that_one_and_the_whole_epochs_left() -> None:
+    assert epochs_after_the_first(60.0, 6.0) == 11
+    assert epochs_after_the_first(59.9, 6.0) == 10
+    assert epochs_after_the_first(5.9, 6.0) == 1  # no room for another
+    assert epochs_after_the_first(-3.0, 6.0) == 1  # the first epoch already overran the budget
+    assert epochs_after_the_first(60.0, 0.0) == 1
+    assert epochs_after_the_first(math.inf, 6.0) == 1

@@ -191,10 +191,12 @@ class TrainConfig:
     time_budget: float | None = checked(None, check=POSITIVE.because("seconds of wall-clock time"))
     """Train for this many seconds of wall-clock time instead of `epochs`; null: train `epochs`. Before the
     first step the engine times a few steps and a validation (then undoes them), turns the time left into a
-    whole number of epochs (at least one) and lays the schedule over them; that count is logged and saved in
-    checkpoints, so a resumed run keeps it and ends with the weights of an uninterrupted one. The plan may
-    miss by a few percent on a busy machine; should a run have spent 1.25 times its budget with epochs still
-    planned, it ends after that epoch (a complete run, its schedule cut short, said in the log)."""
+    whole number of epochs (at least one) and lays the schedule over them; at the end of the first epoch it
+    counts again from that epoch's measured time and the schedule, from where it is, spans the new count.
+    That count is logged and saved in checkpoints, so a run resumed after its first epoch keeps it and ends
+    with the weights of an uninterrupted one. The plan may still miss by a few percent on a busy machine;
+    should a run have spent 1.25 times its budget with epochs still planned, it ends after that epoch (a
+    complete run, its schedule cut short, said in the log)."""
     keep_every: int = checked(0, check=NON_NEGATIVE.because("0: keep no snapshots"))
     """Also keep `checkpoints/epoch-N.pt` every this many epochs (0: none); last.pt is overwritten each
     epoch, these stay, for error-against-time curves or for going back."""

@@ -3,7 +3,8 @@
 metrics.jsonl lines carry a `kind`: `header` (code version and environment, first line), `train` (one per
 logging window: loss, lr, grad norm, skipped steps, throughput), `epoch` (train and validation loss, epoch
 time, best so far), `resume` (where a resumed run picked up), `budget` (a `train.time_budget` run's plan:
-epochs, and the timed seconds per micro-batch, validation and checkpoints). `train` and `epoch` lines carry
+epochs, and the timed seconds per micro-batch, validation and checkpoints; then a second one, `settled`, with
+the count settled after the first epoch from its measured `epoch_seconds`). `train` and `epoch` lines carry
 `elapsed`: the seconds the run has trained so far, resumes included (error against wall time).
 
 The meters add on the device, in place, and are read back once per logging window: no host sync per step.
