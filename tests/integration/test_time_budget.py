@@ -103,6 +103,23 @@ def test_a_plan_that_missed_is_corrected_after_the_first_epoch(
     assert load_checkpoint(run / "checkpoints" / "last.pt")["budget_epochs"] == len(epochs)
 
 
+def test_a_plan_that_fell_short_gets_the_epochs_the_first_one_measured(
+    tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Planned one epoch, settled at three: all three run, and the schedule ends at the third.
+    monkeypatch.setattr(engine, "epochs_in_budget", lambda *_: 1)
+    monkeypatch.setattr(engine, "epochs_after_the_first", lambda *_: 3)
+    run = tmp_path / "run"
+    train(load_config(TINY, ["train.time_budget=1", "train.log_every=1"]), tiny_data, run, progress=False)
+    records = read_metrics(run / "metrics.jsonl")
+    assert [r["epoch"] for r in records if r["kind"] == "epoch"] == [1, 2, 3]
+    state = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert state["complete"] and state["budget_epochs"] == 3
+    lrs = [r["lr"] for r in records if r["kind"] == "train"]
+    assert lrs[-1] < 0.01 * max(lrs)  # cosine to 0 over the three epochs, not cut off after the first
+    assert lrs[len(lrs) // 3] > 0.5 * max(lrs)  # nor run down over the first
+
+
 def test_a_budget_run_resumed_from_its_first_epoch_ends_with_the_same_weights(
     budget_run: Path, tiny_data: Path, tmp_path: Path
 ) -> None:

@@ -214,7 +214,8 @@ class Engine:
         started = self.started = time.perf_counter()
         with self.run_settings():
             self.begin()
-            for epoch in range(self.epoch, self.epoch_count):
+            epoch = self.epoch
+            while epoch < self.epoch_count:  # not a range: a time budget may move the count either way
                 epoch_started = time.perf_counter()
                 for batch in self.epoch_batches(epoch):
                     if self.graph is not None:
@@ -232,9 +233,10 @@ class Engine:
                 self.settle_budget(epoch)
                 self.end_if_out_of_time(epoch)
                 self.save_checkpoints(epochs_done=epoch + 1)
-                if epoch + 1 == self.epoch_count:
-                    break  # the last epoch (a time budget may have moved it forward)
+                if epoch + 1 >= self.epoch_count:
+                    break  # the last epoch
                 self.stop.stop_if_asked(self.run.last, self.step)
+                epoch += 1
         return TrainSummary(
             run=self.run.root,
             epochs=self.epoch_count,
@@ -467,7 +469,7 @@ class Engine:
     def span_epochs(self, epochs: int) -> None:
         """Make this a run of `epochs` epochs, the schedule laid over them (from the step it has reached)."""
         self.epoch_count = epochs
-        steps = epochs * math.ceil(self.task.micro_batches(0) / self.settings.accumulate)
+        steps = sum(math.ceil(self.task.micro_batches(e) / self.settings.accumulate) for e in range(epochs))
         self.scheduler.respan(steps if self.settings.schedule.interval == "step" else epochs)
 
     def settle_budget(self, epoch: int) -> None:
