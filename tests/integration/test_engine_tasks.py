@@ -27,6 +27,7 @@ import torch
 from dynaforge.config import ConfigError, load_config
 from dynaforge.runs import load_checkpoint
 from dynaforge.train import Engine, window_engine
+from dynaforge.train.clip import WARMUP_STEPS
 from dynaforge.train.log import read_metrics
 from dynaforge.train.stages import OperatorTask, StageData, stage_train
 from dynaforge.train.step_controller import controller_engine
@@ -118,7 +119,19 @@ def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
 def test_a_run_killed_with_sigkill_resumes_to_bitwise_identical_weights(
     task: str, data: dict[str, Path], tmp_path: Path
 ) -> None:
-    settings = ["checkpoint_every=2", "log_every=1"]
+    kill_and_resume(task, data, tmp_path, ["checkpoint_every=2", "log_every=1"])
+
+
+def test_relative_clipping_resumes_from_its_running_mean(data: dict[str, Path], tmp_path: Path) -> None:
+    # Factor 1: every step above the running mean is cut, so a mean not restored would change the weights.
+    settings = ["checkpoint_every=2", "log_every=1", "grad_clip=null", "grad_clip_relative=1", "epochs=8"]
+    saved = kill_and_resume("window", data, tmp_path, settings)
+    assert saved["grad_clip_relative"]["count"] > WARMUP_STEPS  # the limit already applied when killed
+
+
+def kill_and_resume(task: str, data: dict[str, Path], tmp_path: Path, settings: list[str]) -> dict[str, Any]:
+    """Train `task` straight, and again killed by SIGKILL halfway and resumed: the same weights and log.
+    Returns the checkpoint the killed run left."""
     straight = engine_for(task, tmp_path / "straight", data, settings)
     steps = straight.fit().steps
     kill_at = steps // 2 + 1  # past a mid-run checkpoint, before the end
@@ -170,6 +183,7 @@ def test_a_run_killed_with_sigkill_resumes_to_bitwise_identical_weights(
         if r["kind"] == "train"
     ]
     assert logged == expected
+    return saved
 
 
 @pytest.mark.parametrize("task", TASKS)

@@ -11,6 +11,7 @@ from dynaforge.config.base import (
     NON_NEGATIVE,
     POSITIVE,
     ConfigError,
+    at_least,
     between,
     check_values,
     checked,
@@ -210,6 +211,12 @@ class TrainConfig:
     """The learning-rate schedule."""
     grad_clip: float | None = checked(1.0, check=POSITIVE.because("largest gradient norm; null: no clipping"))
     """Clip the global gradient norm to this value; null disables clipping (the norm is logged anyway)."""
+    grad_clip_relative: float | None = checked(
+        None, check=at_least(1.0).because("a multiple of the recent norms; null: off")
+    )
+    """Also clip the global gradient norm to this multiple of a running mean of the recent steps' (clipped)
+    norms (about the last 100, after the first 10): cuts spikes whatever the loss's scale, leaves the usual
+    step alone (`dynaforge.train.clip`); null: off. With `grad_clip` both limits apply."""
     accumulate: int = checked(1, check=AT_LEAST_ONE)
     """Micro-batches of `data.batch_size` whose gradients are summed per optimiser step."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"

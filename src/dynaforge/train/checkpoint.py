@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from dynaforge.train.clip import RelativeClip
 from dynaforge.train.ema import EMA
 from dynaforge.train.precision import Precision
 from dynaforge.train.schedule import Schedule
@@ -71,10 +72,13 @@ class Trained(NamedTuple):
     evaluate_ema: bool
     """The EMA's weights are the ones to evaluate (`model` in the checkpoint; the trained ones in
     `train_model`)."""
+    clip: RelativeClip | None = None
+    """`train.grad_clip_relative`'s running mean of gradient norms."""
 
 
 def trained_state(trained: Trained) -> dict[str, Any]:
-    """The checkpoint entries of `trained`: model (and train_model), optimizer, scheduler, scaler, ema."""
+    """The checkpoint entries of `trained`: model (and train_model), optimizer, scheduler, scaler, ema,
+    relative clipping."""
     weights = trained.model.state_dict()
     state: dict[str, Any] = {
         "model": weights,
@@ -86,6 +90,8 @@ def trained_state(trained: Trained) -> dict[str, Any]:
         state["ema"] = trained.ema.state_dict()
         if trained.evaluate_ema:
             state["model"], state["train_model"] = trained.ema.module.state_dict(), weights
+    if trained.clip is not None:
+        state["grad_clip_relative"] = trained.clip.state_dict()
     return state
 
 
@@ -98,3 +104,5 @@ def load_trained_state(trained: Trained, state: Mapping[str, Any]) -> None:
         trained.precision.scaler.load_state_dict(state["scaler"])
     if trained.ema is not None:
         trained.ema.load_state_dict(state["ema"])
+    if trained.clip is not None and "grad_clip_relative" in state:
+        trained.clip.load_state_dict(state["grad_clip_relative"])

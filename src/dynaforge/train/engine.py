@@ -49,6 +49,7 @@ from dynaforge.train.checkpoint import (
     rng_state,
     trained_state,
 )
+from dynaforge.train.clip import RelativeClip
 from dynaforge.train.distributed import (
     barrier,
     check_ranks_agree,
@@ -162,6 +163,8 @@ class Engine:
             if self.settings.ema.decay > 0
             else None
         )
+        relative = self.settings.grad_clip_relative
+        self.clip = RelativeClip(relative, self.device) if relative is not None else None
         self.epoch_count = task.epochs()
         if task.micro_batches(0) == 0:
             raise RunError(
@@ -324,14 +327,20 @@ class Engine:
             self.step_details[name] = share if first else self.step_details[name] + share
 
     def clip_gradients(self) -> Tensor:
-        """The global gradient norm before clipping (clipped only when `train.grad_clip` is set)."""
+        """The global gradient norm before clipping (clipped when `train.grad_clip` or
+        `train.grad_clip_relative` is set: to the lower of the two limits)."""
         if self.precision.scaling:
             self.precision.scaler.unscale_(self.optimizer)
         parameters = [p for p in self.model.parameters() if p.grad is not None]
         norm = get_total_norm([p.grad for p in parameters])
-        if self.settings.grad_clip is not None:
+        limit: float | Tensor | None = self.settings.grad_clip
+        if self.clip is not None:
+            relative = self.clip.limit()
+            limit = relative if limit is None else torch.clamp(relative, max=limit)
+            self.clip.observe(norm, limit)
+        if limit is not None:
             # In place on purpose: gradients are scaled where the optimiser reads them.
-            clip_grads_with_norm_(parameters, self.settings.grad_clip, norm)
+            clip_grads_with_norm_(parameters, limit, norm)  # type: ignore[arg-type]  # a tensor limit works
         return norm
 
     def optimizer_step(self, grad_norm: Tensor, free_gradients: bool = True) -> None:
@@ -775,4 +784,6 @@ class Engine:
 
     def trained(self) -> Trained:
         evaluate_ema = self.ema is not None and self.settings.ema.evaluate
-        return Trained(self.model, self.optimizer, self.scheduler, self.precision, self.ema, evaluate_ema)
+        return Trained(
+            self.model, self.optimizer, self.scheduler, self.precision, self.ema, evaluate_ema, self.clip
+        )
