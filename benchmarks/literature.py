@@ -505,7 +505,8 @@ def record(
         "notes": (
             f"dynaforge {spread(mine)} ({task.config.relative_to(ROOT)}); neuraloperator {spread(theirs)}; "
             f"parameters {params}; epochs run {epochs}; wall seconds of each run {seconds} (each library plans its "
-            f"epochs from timed steps, so a run can end before or after the budget); data and its accuracy check: literature_data.py, "
+            f"epochs from timed steps and again from its first epoch's time, so a run can end a little before or after "
+            f"the budget); data and its accuracy check: literature_data.py, "
             f"largest relative L2 difference from a finer solve {check:.1e}. Fewer seeds and a shorter budget "
             f"than the issue's protocol (12 min x 3 seeds) when seeds < 3 or budget < 720 s: what one session's "
             f"CPU allowed. Machine and load: {load or load_note() + '.'}"

@@ -336,7 +336,8 @@ class TimestepperConfig:
 
 
 def controller_training() -> TrainConfig:
-    """`timestepper.train`'s defaults: Adam at a constant 3e-3, no weight decay, clipping at 1, a log line
+    """`timestepper.train`'s defaults: Adam at a constant 3e-3, no weight decay, clipping at 1 (absolute,
+    as measured for the controller; not the window engine's relative default), a log line
     every 10 steps and a checkpoint every 50, on the CPU."""
     return TrainConfig(
         lr=3e-3,
@@ -344,6 +345,7 @@ def controller_training() -> TrainConfig:
         optimizer=OptimizerConfig(name="adam", fused=False),
         schedule=ScheduleConfig(name="constant", warmup_fraction=0.0),
         grad_clip=1.0,
+        grad_clip_relative=None,
         log_every=10,
         checkpoint_every=50,
         device="cpu",

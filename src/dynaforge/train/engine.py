@@ -333,14 +333,17 @@ class Engine:
             self.precision.scaler.unscale_(self.optimizer)
         parameters = [p for p in self.model.parameters() if p.grad is not None]
         norm = get_total_norm([p.grad for p in parameters])
-        limit: float | Tensor | None = self.settings.grad_clip
+        absolute = self.settings.grad_clip
         if self.clip is not None:
-            relative = self.clip.limit()
-            limit = relative if limit is None else torch.clamp(relative, max=limit)
+            limit = self.clip.limit()
+            if absolute is not None:
+                limit = torch.clamp(limit, max=absolute)
             self.clip.observe(norm, limit)
-        if limit is not None:
-            # In place on purpose: gradients are scaled where the optimiser reads them.
-            clip_grads_with_norm_(parameters, limit, norm)  # type: ignore[arg-type]  # a tensor limit works
+            # Scaled in place, where the optimiser reads them, by a factor computed on the device (torch's
+            # clip_grads_with_norm_ reads a tensor limit back to the host).
+            torch._foreach_mul_([p.grad for p in parameters], torch.clamp(limit / (norm + 1e-6), max=1.0))
+        elif absolute is not None:
+            clip_grads_with_norm_(parameters, absolute, norm)  # in place, as above
         return norm
 
     def optimizer_step(self, grad_norm: Tensor, free_gradients: bool = True) -> None:
