@@ -191,15 +191,20 @@ def test_error(step: Step, fields: np.ndarray, task: Task) -> float:
 ABLATIONS: dict[str, list[str]] = {
     "config as given": [],
     "relative L2 loss": ["train.loss=relative_l2"],
-    "relative L2, no clipping": ["train.loss=relative_l2", "train.grad_clip=null"],
+    "relative L2, no clipping": [
+        "train.loss=relative_l2",
+        "train.grad_clip=null",
+        "train.grad_clip_relative=null",
+    ],
     "relative L2, no warmup": ["train.loss=relative_l2", "train.schedule.warmup_fraction=0"],
     "relative L2, no coordinates": ["train.loss=relative_l2", "model.coordinates=false"],
     "relative L2, residual": ["train.loss=relative_l2", "model.residual=true"],
     "no weight decay": ["train.weight_decay=0"],
-    "no clipping": ["train.grad_clip=null"],
-    "relative clipping 2": ["train.grad_clip=null", "train.grad_clip_relative=2"],
-    "relative clipping 1.5": ["train.grad_clip=null", "train.grad_clip_relative=1.5"],
-    "relative clipping 3": ["train.grad_clip=null", "train.grad_clip_relative=3"],
+    "no clipping": ["train.grad_clip=null", "train.grad_clip_relative=null"],
+    "clipping at 1": ["train.grad_clip=1", "train.grad_clip_relative=null"],
+    "relative clipping 2": ["train.grad_clip_relative=2"],
+    "relative clipping 1.5": ["train.grad_clip_relative=1.5"],
+    "relative clipping 3": ["train.grad_clip_relative=3"],
     "no warmup": ["train.schedule.warmup_fraction=0"],
     "lr 3e-3": ["train.lr=0.003"],
     "lr 2e-3": ["train.lr=0.002"],
@@ -212,8 +217,8 @@ ABLATIONS: dict[str, list[str]] = {
     "projection 256": ["model.projection=256"],
     "normal spectral init": ["model.spectral_init=normal"],
     "batch 5": ["data.batch_size=5"],
-    "batch 10 no clipping": ["data.batch_size=10", "train.grad_clip=null"],
-    "batch 5 no clipping": ["data.batch_size=5", "train.grad_clip=null"],
+    "batch 10 no clipping": ["data.batch_size=10", "train.grad_clip=null", "train.grad_clip_relative=null"],
+    "batch 5 no clipping": ["data.batch_size=5", "train.grad_clip=null", "train.grad_clip_relative=null"],
     "physical units (no normalisation)": ["data.normalize=none"],
     "normalised, MSE": ["data.normalize=train_stats", "train.loss=mse"],
     "no coordinates": ["model.coordinates=false"],
@@ -226,9 +231,12 @@ ABLATIONS: dict[str, list[str]] = {
         "data.normalize=none",
         "train.loss=relative_l2",
         "train.grad_clip=null",
+        "train.grad_clip_relative=null",
     ],
 }
-"""`--ablate`: one switch changed from a task's config at a time (dynaforge only)."""
+"""`--ablate`: one switch changed from a task's config at a time (dynaforge only). Rows already in the
+ablation file keep the overrides they ran with: before 2026-11-27 the default clipping was absolute at 1,
+so `train.grad_clip=null` alone meant no clipping then."""
 
 
 def run_dynaforge(

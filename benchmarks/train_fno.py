@@ -180,6 +180,7 @@ class Setup:
             f"train.lr={self.lr}",
             f"train.weight_decay={self.weight_decay}",
             "train.grad_clip=null",
+            "train.grad_clip_relative=null",  # no clipping, as the README's figure was measured
             "train.loss=relative_l2",
             "train.rollout_steps=1",
             "train.log_every=1000000",  # one metrics line per epoch (the end-of-epoch flush)

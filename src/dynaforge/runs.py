@@ -18,6 +18,8 @@ file). A training checkpoint holds:
     train_model                      the trained weights, when `model` holds the EMA's
     optimizer, scheduler, scaler     state dicts (scaler: fp16 only, else empty)
     ema                              the EMA's state (module, updates), when train.ema is on
+    grad_clip_relative               relative clipping's running mean of gradient norms (factor, mean,
+                                     count), when train.grad_clip_relative is set
     rng                              random generator states (python, numpy, torch, cuda), one per rank
     epoch                            epochs completed
     step                             optimiser steps completed
