@@ -18,8 +18,8 @@ file). A training checkpoint holds:
     train_model                      the trained weights, when `model` holds the EMA's
     optimizer, scheduler, scaler     state dicts (scaler: fp16 only, else empty)
     ema                              the EMA's state (module, updates), when train.ema is on
-    grad_clip_relative               relative clipping's running mean of gradient norms (factor, mean,
-                                     count), when train.grad_clip_relative is set
+    grad_clip_relative               relative clipping's running mean of gradient norms and how many
+                                     steps it holds, when train.grad_clip_relative is set
     rng                              random generator states (python, numpy, torch, cuda), one per rank
     epoch                            epochs completed
     step                             optimiser steps completed
@@ -35,9 +35,8 @@ file). A training checkpoint holds:
     world_size, torch_threads        processes that trained it, and their torch thread count
     elapsed                          seconds trained so far, resumes included
     budget_epochs                    a `train.time_budget` run's epochs (kept on resume)
-    budget_settled                   whether that count was settled after the first epoch (and the
-    budget_epoch_began,              elapsed seconds when that epoch began and what a checkpoint costs,
-    budget_checkpoint_seconds        for a run resumed before it ended)
+    budget_epoch_began,              a budget run's elapsed seconds when its first epoch began and what a
+    budget_checkpoint_seconds        checkpoint costs (to settle the count when resumed inside that epoch)
 
 State dicts never carry the `_orig_mod.` (torch.compile) or `module.` (DDP) prefixes; `load_checkpoint`
 also strips them from files written by other tools.

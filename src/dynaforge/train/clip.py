@@ -47,7 +47,7 @@ class RelativeClip:
         self.count.add_(finite.float())
 
     def state_dict(self) -> dict[str, Any]:
-        return {"factor": self.factor, "mean": self.mean.clone(), "count": self.count.clone()}
+        return {"mean": self.mean.clone(), "count": self.count.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.mean.copy_(state["mean"])

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
-from torch.nn.utils import clip_grads_with_norm_, get_total_norm
+from torch.nn.utils import get_total_norm
 from tqdm import tqdm  # not tqdm.auto: its asyncio variant calls iter(loader) on construction
 
 import dynaforge
@@ -171,11 +171,10 @@ class Engine:
                 f"the training data make no batch of {config.data.batch_size} on each of "
                 f"{self.cluster.world_size} process(es); lower data.batch_size"
             )
-        accumulate = self.settings.accumulate
-        total_steps = sum(math.ceil(task.micro_batches(e) / accumulate) for e in range(self.epoch_count))
         self.optimizer = build_optimizer(self.model, self.settings, capturable=self.capturing)
-        intervals = total_steps if self.settings.schedule.interval == "step" else self.epoch_count
-        self.scheduler = build_scheduler(self.optimizer, self.settings, intervals)
+        self.scheduler = build_scheduler(
+            self.optimizer, self.settings, self.schedule_length(self.epoch_count)
+        )
         self.step_model = (
             wrap_data_parallel(self.model, self.cluster, self.device) if task.data_parallel else self.model
         )
@@ -205,9 +204,8 @@ class Engine:
         self.compiled = False
         self.started = time.perf_counter()
         self.elapsed_before = 0.0  # seconds of training before this process (restored on resume)
-        # A time budget's plan: settled after the first epoch; when that epoch began, and what a checkpoint
-        # costs (restored on resume).
-        self.budget_settled = False
+        # A time budget's plan, settled at the end of the first epoch: when that epoch began, and what a
+        # checkpoint costs (restored on resume, for a run resumed inside that epoch).
         self.budget_epoch_began = 0.0
         self.budget_checkpoint_seconds = 0.0
 
@@ -333,17 +331,15 @@ class Engine:
             self.precision.scaler.unscale_(self.optimizer)
         parameters = [p for p in self.model.parameters() if p.grad is not None]
         norm = get_total_norm([p.grad for p in parameters])
-        absolute = self.settings.grad_clip
+        limit: float | Tensor | None = self.settings.grad_clip
         if self.clip is not None:
-            limit = self.clip.limit()
-            if absolute is not None:
-                limit = torch.clamp(limit, max=absolute)
+            relative = self.clip.limit()
+            limit = relative if limit is None else torch.clamp(relative, max=limit)
             self.clip.observe(norm, limit)
-            # Scaled in place, where the optimiser reads them, by a factor computed on the device (torch's
-            # clip_grads_with_norm_ reads a tensor limit back to the host).
+        if limit is not None:
+            # In place on purpose: gradients are scaled where the optimiser reads them. torch's
+            # clip_grads_with_norm_ computes the same factor but reads a tensor limit back to the host.
             torch._foreach_mul_([p.grad for p in parameters], torch.clamp(limit / (norm + 1e-6), max=1.0))
-        elif absolute is not None:
-            clip_grads_with_norm_(parameters, absolute, norm)  # in place, as above
         return norm
 
     def optimizer_step(self, grad_norm: Tensor, free_gradients: bool = True) -> None:
@@ -478,11 +474,16 @@ class Engine:
             validation + checkpoints,
         )
 
+    def schedule_length(self, epochs: int) -> int:
+        """The schedule's intervals in a run of `epochs` epochs: its optimiser steps, or the epochs."""
+        if self.settings.schedule.interval == "epoch":
+            return epochs
+        return sum(math.ceil(self.task.micro_batches(e) / self.settings.accumulate) for e in range(epochs))
+
     def span_epochs(self, epochs: int) -> None:
         """Make this a run of `epochs` epochs, the schedule laid over them (from the step it has reached)."""
         self.epoch_count = epochs
-        steps = sum(math.ceil(self.task.micro_batches(e) / self.settings.accumulate) for e in range(epochs))
-        self.scheduler.respan(steps if self.settings.schedule.interval == "step" else epochs)
+        self.scheduler.respan(self.schedule_length(epochs))
 
     def settle_budget(self, epoch: int) -> None:
         """At the end of a time-budget run's first epoch, count the epochs again from that epoch's measured
@@ -490,9 +491,8 @@ class Engine:
         143 s of a 120 s budget, docs/literature.md). From here on the count is fixed and saved in checkpoints;
         the schedule continues from where it is, laid over the new count. Logged as a second `budget` record."""
         budget = self.settings.time_budget
-        if budget is None or self.budget_settled or epoch != 0:
+        if budget is None or epoch != 0:  # a run resumed after its first epoch never ends epoch 0 again
             return
-        self.budget_settled = True
         now = self.elapsed()
         spent = torch.tensor([now - self.budget_epoch_began], dtype=torch.float64, device=self.device)
         checkpoints = self.budget_checkpoint_seconds
@@ -626,7 +626,6 @@ class Engine:
         self.skipped_steps = int(state["skipped_steps"])
         self.elapsed_before = float(state.get("elapsed", 0.0))
         self.epoch_count = int(state.get("budget_epochs", self.epoch_count))
-        self.budget_settled = bool(state.get("budget_settled", "budget_epochs" in state))
         self.budget_epoch_began = float(state.get("budget_epoch_began", 0.0))
         self.budget_checkpoint_seconds = float(state.get("budget_checkpoint_seconds", 0.0))
         self.meter.epoch.copy_(torch.tensor(state["epoch_loss"], dtype=torch.float64))
@@ -777,7 +776,6 @@ class Engine:
         }
         if self.settings.time_budget is not None:
             state["budget_epochs"] = self.epoch_count
-            state["budget_settled"] = self.budget_settled
             state["budget_epoch_began"] = self.budget_epoch_began
             state["budget_checkpoint_seconds"] = self.budget_checkpoint_seconds
         if self.task.kind is not None:
