@@ -43,6 +43,13 @@ def test_an_old_dataset_validates_and_reads() -> None:
     assert load_config(OLD / "dataset" / "config.yaml").system.name == "burgers"
 
 
+def test_an_old_run_config_keeps_the_clipping_it_was_trained_with() -> None:
+    """Written before relative clipping (its resolved `grad_clip: 1.0`, no relative key): resuming it with
+    its own config clips as it did, at 1 alone, not with the later relative default on top."""
+    train = load_config(OLD / "surrogate" / "config.yaml").train
+    assert (train.grad_clip, train.grad_clip_relative) == (1.0, None)
+
+
 def test_an_old_surrogate_run_evaluates_to_the_figures_it_had(tmp_path: Path) -> None:
     run = tmp_path / "surrogate"
     shutil.copytree(OLD / "surrogate", run)

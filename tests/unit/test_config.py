@@ -102,3 +102,20 @@ def test_saved_config_reloads_identically(tmp_path: Path) -> None:
     save_config(config, tmp_path / "config.yaml")
     assert load_config(tmp_path / "config.yaml") == config
     assert config_from_dict(config_to_dict(config)) == config
+
+
+def test_an_absolute_clip_alone_turns_the_relative_default_off() -> None:
+    """Relative clipping is the default only where no clipping was chosen: `grad_clip` set without
+    `grad_clip_relative` clips at that limit alone (so run configs written before the key resume as
+    trained); both given, both apply; neither given, the relative default."""
+    assert load_config(None).train.grad_clip_relative == 2.0
+    alone = load_config(None, ["train.grad_clip=0.5"]).train
+    assert (alone.grad_clip, alone.grad_clip_relative) == (0.5, None)
+    both = load_config(None, ["train.grad_clip=0.5", "train.grad_clip_relative=3"]).train
+    assert (both.grad_clip, both.grad_clip_relative) == (0.5, 3.0)
+    unset = load_config(None, ["train.grad_clip=null"]).train
+    assert (unset.grad_clip, unset.grad_clip_relative) == (None, 2.0)
+    written_before = config_from_dict({"train": {"grad_clip": 1.0}}).train
+    assert (written_before.grad_clip, written_before.grad_clip_relative) == (1.0, None)
+    controller = load_config(None, ["timestepper.train.grad_clip=0.5"]).timestepper.train
+    assert controller.grad_clip_relative is None

@@ -174,7 +174,17 @@ def _with_preset(section: Any, where: str) -> Any:
     name = section.get("preset", "default")
     if name not in TRAIN_PRESETS:
         raise ConfigError(f"{where}.preset={name!r} is not valid; choose one of: {', '.join(TRAIN_PRESETS)}")
-    return _merge_beneath(TRAIN_PRESETS[name], section)
+    return absolute_clip_alone(_merge_beneath(TRAIN_PRESETS[name], section))
+
+
+def absolute_clip_alone(section: Mapping[str, Any]) -> dict[str, Any]:
+    """A train section that sets an absolute `grad_clip` and says nothing of `grad_clip_relative` clips at
+    that limit alone: the relative default is for sections that chose no clipping. So a run config written
+    before relative clipping existed (its `grad_clip: 1.0` resolved, no relative key) resumes as it was
+    trained, and `train.grad_clip=0.5` means clipping at 0.5."""
+    if section.get("grad_clip") is not None and "grad_clip_relative" not in section:
+        return {**section, "grad_clip_relative": None}
+    return dict(section)
 
 
 def _merge_beneath(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:

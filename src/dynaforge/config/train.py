@@ -220,7 +220,9 @@ class TrainConfig:
     )
     """Clip the global gradient norm to this multiple of a running mean of the recent steps' (clipped) norms
     (about the last 100, after the first 10): cuts spikes whatever the loss's scale, leaves the usual step
-    alone (`dynaforge.train.clip`); null: off. With `grad_clip` both limits apply. The default 2 won on
+    alone (`dynaforge.train.clip`); null: off. With `grad_clip` both limits apply when both are given; a
+    section that sets `grad_clip` without this key clips at that limit alone (configs written before this key
+    existed resume as they were trained). The default 2 won on
     every task measured (docs/literature.md): the autoregressive PDEBench task 0.050 against 0.18 with
     clipping at 1 and 0.45 without; the FNO paper's Burgers 0.0014 against 0.0016 unclipped."""
     accumulate: int = checked(1, check=AT_LEAST_ONE)
