@@ -60,6 +60,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from dynaforge.allocator import keep_freed_memory
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import load_config
 from dynaforge.metrics.fields import relative_l2_per_frame
@@ -659,6 +660,9 @@ def main() -> None:
         help="rebuild the records and the figure from results/literature.curves.json (no training)",
     )
     args = parser.parse_args()
+    # dynaforge's engine lets the C allocator keep freed memory (dynaforge/allocator.py), process-wide: set
+    # from the start, so that both libraries run under the same allocator whichever trains first.
+    keep_freed_memory()
     torch.set_num_threads(1)
     setup = Setup(
         budget=args.budget,

@@ -98,6 +98,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader, Dataset
 
+from dynaforge.allocator import keep_freed_memory
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import Config, ConfigError, DataConfig, load_config
 from dynaforge.data import Normalizer, WindowDataset, make_loader
@@ -971,6 +972,9 @@ def main() -> None:
         help="recompute the targets and records from a saved .curves.json instead of training",
     )
     args = parser.parse_args()
+    # dynaforge's engine lets the C allocator keep freed memory (dynaforge/allocator.py), process-wide: set
+    # from the start, so that both libraries run under the same allocator whichever trains first.
+    keep_freed_memory()
     out = args.out or (QUICK_RESULTS if args.quick else RESULTS)
     if args.from_curves is not None:
         saved = json.loads(args.from_curves.read_text())

@@ -17,13 +17,14 @@ The block size is chosen from the sample's size alone, never from the batch or t
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import math
 import mmap
 import sys
 
 import torch
 from torch import Tensor
+
+from dynaforge.allocator import LIBC
 
 LANES = 16
 """Blocks hold a multiple of this many samples: 16 float64 or complex64 values, or 8 complex128 values, are
@@ -100,17 +101,3 @@ def advise_huge_pages(address: int, size: int) -> None:
     end = (address + size) // page * page
     if end > start and LIBC is not None:
         LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), ctypes.c_int(MADV_HUGEPAGE))
-
-
-def load_libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c") if sys.platform == "linux" else None
-    if name is None:
-        return None
-    libc = ctypes.CDLL(name, use_errno=True)
-    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    libc.madvise.restype = ctypes.c_int
-    return libc
-
-
-LIBC = load_libc()
-"""The C library (for madvise), or None off Linux."""

@@ -31,6 +31,7 @@ from torch.nn.utils import get_total_norm
 from tqdm import tqdm  # not tqdm.auto: its asyncio variant calls iter(loader) on construction
 
 import dynaforge
+from dynaforge.allocator import keep_freed_memory
 from dynaforge.config import (
     Config,
     ConfigError,
@@ -133,6 +134,8 @@ class Engine:
         self.profile_steps = profile_steps
         self.device = indexed_device(torch.device(resolve_device(rank_device(self.settings.device))))
         check_determinism_environment(self.settings, self.device, settings_key)
+        if self.device.type == "cpu":
+            keep_freed_memory()  # a step's activations are reused, not page-faulted in again (allocator.py)
         self.cluster = join_cluster(self.device)
         if self.cluster.distributed and not task.data_parallel:
             raise ConfigError(
