@@ -956,6 +956,12 @@ def main() -> None:
     )
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run")
     parser.add_argument(
+        "--variants",
+        default="",
+        help="dynaforge variants to run, comma-separated names (e.g. 'dynaforge eager fp32'); default all. "
+        "neuraloperator and the plain loop always run",
+    )
+    parser.add_argument(
         "--target-epoch", type=int, default=None, help="plain-loop epoch that sets the target"
     )
     parser.add_argument("--cap", type=float, default=None, help="wall-time cap per run, seconds")
@@ -1005,6 +1011,15 @@ def main() -> None:
 
     warnings.filterwarnings("ignore", message=r".*received unexpected keyword arguments")
     variants, skipped = available_variants(setup)
+    if args.variants:
+        chosen = [name.strip() for name in args.variants.split(",")]
+        unknown = [name for name in chosen if name not in {v.name for v in variants}]
+        if unknown:
+            parser.error(
+                f"--variants: no variant {unknown[0]!r}; choose from: {', '.join(v.name for v in variants)}"
+            )
+        skipped.update({v.name: "not chosen (--variants)" for v in variants if v.name not in chosen})
+        variants = [v for v in variants if v.name in chosen]
     for name, why in skipped.items():
         print(f"{name}: {why}")
     with tempfile.TemporaryDirectory(prefix="train_fno_data_") as scratch:

@@ -119,3 +119,13 @@ def test_an_absolute_clip_alone_turns_the_relative_default_off() -> None:
     assert (written_before.grad_clip, written_before.grad_clip_relative) == (1.0, None)
     controller = load_config(None, ["timestepper.train.grad_clip=0.5"]).timestepper.train
     assert controller.grad_clip_relative is None
+
+
+def test_the_default_loss_is_relative_l2_but_two_phase_configs_train_with_mse() -> None:
+    """relative_l2 is the window engine's default; a hand-written config with a `twophase` section and no
+    `train.loss` gets mse (the only loss two-phase training has); a loss that is given is kept."""
+    assert load_config(None).train.loss == "relative_l2"
+    assert load_config(CONFIGS / "two_phase_tiny.yaml").train.loss == "mse"
+    assert config_from_dict({"twophase": {}}).train.loss == "mse"
+    assert config_from_dict({"twophase": {}, "train": {"loss": "relative_l2"}}).train.loss == "relative_l2"
+    assert config_from_dict({"train": {"lr": 0.002}}).train.loss == "relative_l2"

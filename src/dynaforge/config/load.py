@@ -159,13 +159,23 @@ def _upgrade_space_keys(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[s
 
 def apply_train_preset(data: Mapping[str, Any]) -> dict[str, Any]:
     """`data` with the values of `train.preset` (and `timestepper.train.preset`) filled in beneath the
-    section's own values."""
-    result = {**data, "train": _with_preset(data.get("train", {}), "train")}
+    section's own values, and a two-phase config's loss (`two_phase_loss`)."""
+    result = {**data, "train": _with_preset(two_phase_loss(data).get("train", {}), "train")}
     timestepper = data.get("timestepper", {})
     if isinstance(timestepper, Mapping) and "train" in timestepper:
         train = _with_preset(timestepper["train"], "timestepper.train")
         result["timestepper"] = {**timestepper, "train": train}
     return result
+
+
+def two_phase_loss(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A config with a `twophase` section whose train section names no loss trains with `mse`, the only
+    loss two-phase training has (its nudging force is that of 1/2 |y - t|^2); `relative_l2`, the default,
+    is the window engine's. Saved configs name their loss, so this touches only configs written by hand."""
+    train = data.get("train", {})
+    if "twophase" not in data or not isinstance(train, Mapping) or "loss" in train:
+        return data
+    return {**data, "train": {**train, "loss": "mse"}}
 
 
 def _with_preset(section: Any, where: str) -> Any:
