@@ -2,7 +2,7 @@
 
 Each side runs in a process of its own (the setting is process-wide and cannot be undone): a few steps of
 the FNO paper's Burgers FNO (batch 10, N = 1024, width 64), counting minor page faults per step. Measured
-here: 3,600-4,900 per step with glibc's defaults, 0.3-400 with the setting (`allocator.py`).
+here: 3,300-4,900 per step with glibc's defaults, 0-350 with the setting (`allocator.py`).
 """
 
 from __future__ import annotations

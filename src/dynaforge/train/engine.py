@@ -134,8 +134,6 @@ class Engine:
         self.profile_steps = profile_steps
         self.device = indexed_device(torch.device(resolve_device(rank_device(self.settings.device))))
         check_determinism_environment(self.settings, self.device, settings_key)
-        if self.device.type == "cpu":
-            keep_freed_memory()  # a step's activations are reused, not page-faulted in again (allocator.py)
         self.cluster = join_cluster(self.device)
         if self.cluster.distributed and not task.data_parallel:
             raise ConfigError(
@@ -211,6 +209,10 @@ class Engine:
         # checkpoint costs (restored on resume, for a run resumed inside that epoch).
         self.budget_epoch_began = 0.0
         self.budget_checkpoint_seconds = 0.0
+        if self.device.type == "cpu":
+            # From here on a step's activations are reused, not page-faulted in again (allocator.py); set
+            # after the task has read its data, whose freed reads the heap would otherwise keep.
+            keep_freed_memory()
 
     # ---- the loop ---------------------------------------------------------------------------------
 
