@@ -222,11 +222,11 @@ ABLATIONS: dict[str, list[str]] = {
     "batch 5 no clipping": ["data.batch_size=5", "train.grad_clip=null", "train.grad_clip_relative=null"],
     "physical units (no normalisation)": ["data.normalize=none"],
     "normalised, MSE": ["data.normalize=train_stats", "train.loss=mse"],
-    "defaults, relative L2": [  # the global defaults but the task's relative L2 loss
+    "defaults, relative L2": [  # the global defaults since 2026-11-27: only model, batch and budget set
         "data.normalize=train_stats",
         "train.schedule.warmup_fraction=0.05",
     ],
-    "global defaults": [  # the three recipe keys back to dynaforge's defaults: only model, batch and budget set
+    "global defaults": [  # the global defaults before 2026-11-27 (MSE loss); the name its rows ran under
         "data.normalize=train_stats",
         "train.loss=mse",
         "train.schedule.warmup_fraction=0.05",

@@ -958,7 +958,8 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         default="",
-        help="dynaforge variants to run, comma-separated names (e.g. 'dynaforge eager fp32'); default all. "
+        help="dynaforge variants to run, names separated by semicolons (some names hold commas), e.g. "
+        "'dynaforge eager fp32;dynaforge eager fp32, fft transform'; default all. "
         "neuraloperator and the plain loop always run",
     )
     parser.add_argument(
@@ -1012,7 +1013,7 @@ def main() -> None:
     warnings.filterwarnings("ignore", message=r".*received unexpected keyword arguments")
     variants, skipped = available_variants(setup)
     if args.variants:
-        chosen = [name.strip() for name in args.variants.split(",")]
+        chosen = [name.strip() for name in args.variants.split(";")]
         unknown = [name for name in chosen if name not in {v.name for v in variants}]
         if unknown:
             parser.error(
