@@ -197,10 +197,13 @@ def initial_batch(system: SpectralSystem, samples: int) -> tuple[torch.Tensor, t
     return system.draw_samples(rngs)
 
 
-def dynaforge_batched(system: SpectralSystem, params: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
-    """The rollout as the generate stage runs it: subnormals flushed (store/writer.py)."""
+def dynaforge_batched(
+    system: SpectralSystem, params: torch.Tensor, initial: torch.Tensor, cuda_graph: bool = True
+) -> torch.Tensor:
+    """The rollout as the generate stage runs it: subnormals flushed (store/writer.py); on a GPU each
+    block's steps replayed from a CUDA graph unless `cuda_graph` is false."""
     with torch.inference_mode(), flush_denormals():
-        return system.rollout(initial, params).fields
+        return system.rollout(initial, params, cuda_graph=cuda_graph).fields
 
 
 def dynaforge_loop(system: SpectralSystem, params: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
@@ -354,7 +357,7 @@ def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tenso
     with torch.inference_mode(), flush_denormals():
         for steps in (1, 2):
             with FFTRecorder() as recorder:
-                system.rollout(initial[:block], params[:block], steps=steps, save_every=1)
+                system.rollout(initial[:block], params[:block], steps=steps, save_every=1, cuda_graph=False)
             recorded.append(recorder.calls)
     step_calls = recorded[1][len(recorded[0]) :]
 
@@ -398,13 +401,15 @@ def run_case(
     check_same_dealiasing(case)
     exponax_run = exponax_rollout(case)
     initial_np = initial.cpu().numpy()
-    batched, exp_timing = time_interleaved(
-        [
-            synchronized(lambda: dynaforge_batched(system, params, initial), device),
-            lambda: exponax_run(initial_np),
-        ],
-        repeats,
-    )
+    runs = [
+        synchronized(lambda: dynaforge_batched(system, params, initial), device),
+        lambda: exponax_run(initial_np),
+    ]
+    if on_gpu:  # the same rollout stepped eagerly, without CUDA graphs
+        runs.append(
+            synchronized(lambda: dynaforge_batched(system, params, initial, cuda_graph=False), device)
+        )
+    batched, exp_timing, *eager_timing = time_interleaved(runs, repeats)
     fields = dynaforge_batched(system, params, initial).cpu().numpy()
     exp_fields = np.asarray(exponax_run(initial_np))
     dyn_rate = sample_steps / batched.median
@@ -504,6 +509,34 @@ def run_case(
             ),
         }
     ]
+    if eager_timing:
+        eager_fields = dynaforge_batched(system, params, initial, cuda_graph=False).cpu().numpy()
+        identical = bool(
+            np.array_equal(eager_fields, dynaforge_batched(system, params, initial).cpu().numpy())
+        )
+        eager_rate = sample_steps / eager_timing[0].median
+        print(
+            f"  eager (no graphs) : {eager_rate:12.0f} sample-steps/s  (median {eager_timing[0].median:.3f} s)  "
+            f"ratio {dyn_rate / eager_rate:.2f}; same bits: {identical}"
+        )
+        records.append(
+            {
+                "case": label,
+                "baseline": "the same dynaforge rollout stepped eagerly (cuda_graph=False)",
+                "metric": "sample-steps/s",
+                "dynaforge": dyn_rate,
+                "baseline_value": eager_rate,
+                "ratio": dyn_rate / eager_rate,
+                "machine": device_name(device),
+                "limit": limit,
+                "notes": (
+                    f"each block's save_every steps replayed from a CUDA graph (spectral.CapturedSteps) against "
+                    f"the same steps launched one by one from Python; trajectories bitwise identical: "
+                    f"{identical}; medians of {repeats} interleaved runs: graphed {batched.median:.4f} s, eager "
+                    f"{eager_timing[0].median:.4f} s (first call {eager_timing[0].warmup:.4f} s); {environment}"
+                ),
+            }
+        )
     if case.loop and not on_gpu:  # one sample at a time on a GPU only measures kernel launches
         # The loop's first call is a full pass too (its warm-up is in any case a single-sample rollout).
         loop = time_calls(lambda: dynaforge_loop(system, params, initial), 1)

@@ -14,6 +14,7 @@
 # configmypy==0.2.0 ruamel.yaml==0.19.1 zencfg==1.0.0 (.whl/ is listed in .git/info/exclude).
 #
 #   OUT=/tmp/out bash scripts/device_checks.sh [tests,torchrun,same,generate,train]
+# (GENERATE_SECONDS and TRAIN_SECONDS cap those two parts; each part writes what it finished.)
 set -u
 OUT=${OUT:-device-out}
 PARTS=${1:-tests,torchrun,same,generate,train}
@@ -37,7 +38,7 @@ if part tests; then
   echo "== CUDA tests"
   timeout 150 python3 -m pytest -p no:cacheprovider -q -rs \
     tests/integration/test_cuda_paths.py tests/integration/test_two_phase_cuda.py \
-    tests/unit/test_generation_device.py tests/unit/test_capture.py 2>&1 | tee -a "$OUT/tests.log" | tail -30
+    tests/integration/test_rollout_cuda_graph.py tests/unit/test_generation_device.py tests/unit/test_capture.py 2>&1 | tee -a "$OUT/tests.log" | tail -30
 fi
 
 if part torchrun; then
@@ -79,14 +80,17 @@ fi
 
 if part generate; then
   echo "== generate_pde on the GPU (dynaforge on torch cuda, exponax on jax's GPU)"
-  timeout 150 python3 benchmarks/generate_pde.py --device cuda --samples-scale 16 --repeats 3 \
-    --out "$OUT/generate_pde.gpu.json" 2>&1 | tee "$OUT/generate_pde.log" | grep -E "ratio|batched|Error|error" | tail -40
+  timeout "${GENERATE_SECONDS:-240}" python3 benchmarks/generate_pde.py --device cuda --samples-scale 16 --repeats 3 \
+    --out "$OUT/generate_pde.gpu.json" 2>&1 | tee "$OUT/generate_pde.log" | grep -E "ratio|batched|Error|error|eager" | tail -50
 fi
 
 if part train; then
   echo "== train_fno on the GPU"
   stub=$(mktemp -d); mkdir -p "$stub/wandb"; echo '"""stand-in: neuralop imports wandb; logging is off."""' >"$stub/wandb/__init__.py"
-  PYTHONPATH="$PYTHONPATH:$stub" timeout 240 python3 benchmarks/train_fno.py --device cuda --repeats 1 \
-    --out "$OUT/train_fno.gpu.json" 2>&1 | tee "$OUT/train_fno.log" | tail -25
+  # The eager and captured variants (the compiled ones spend their first minute compiling: not in a
+  # 15-minute lease).
+  PYTHONPATH="$PYTHONPATH:$stub" timeout "${TRAIN_SECONDS:-220}" python3 benchmarks/train_fno.py --device cuda \
+    --repeats 1 --variants "dynaforge eager fp32;dynaforge eager bf16;dynaforge eager fp32, CUDA graph;dynaforge eager bf16, CUDA graph;dynaforge eager fp16" \
+    --out "$OUT/train_fno.gpu.json" 2>&1 | tee "$OUT/train_fno.log" | tail -30
 fi
 ls -la "$OUT"
