@@ -207,6 +207,8 @@ ABLATIONS: dict[str, list[str]] = {
     "relative clipping 1.5": ["train.grad_clip_relative=1.5"],
     "relative clipping 3": ["train.grad_clip_relative=3"],
     "no warmup": ["train.schedule.warmup_fraction=0"],
+    "muon": ["train.optimizer.name=muon"],
+    "muon, spectral weights too": ["train.optimizer.name=muon", "train.optimizer.muon_spectral=true"],
     "lr 3e-3": ["train.lr=0.003"],
     "lr 2e-3": ["train.lr=0.002"],
     "lr 5e-4": ["train.lr=0.0005"],
@@ -225,6 +227,10 @@ ABLATIONS: dict[str, list[str]] = {
     "defaults, relative L2": [  # the global defaults since 2026-11-27: only model, batch and budget set
         "data.normalize=train_stats",
         "train.schedule.warmup_fraction=0.05",
+    ],
+    "defaults, no warmup": [  # the defaults since 2026-11-27 with warmup_fraction 0 (the candidate default)
+        "data.normalize=train_stats",
+        "train.schedule.warmup_fraction=0",
     ],
     "global defaults": [  # the global defaults before 2026-11-27 (MSE loss); the name its rows ran under
         "data.normalize=train_stats",
