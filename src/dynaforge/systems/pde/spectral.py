@@ -449,8 +449,8 @@ class CapturedSteps:
     field is a buffer of the graph's memory pool, valid until the next replay.
 
     One eager step runs first on a side stream, outside the capture, so that cuFFT plans and the
-    zero-padded spectra (`zero_padded`) exist before it; those buffers are kept alive with the graph,
-    which writes into them. If capture fails, the failure is logged and `capture` returns None: the block
+    zero-padded spectra (`zero_padded`) exist before the capture; those buffers are kept alive with the
+    graph, which writes into them. If capture fails, the failure is logged and `capture` returns None: the block
     is stepped eagerly, with the same numbers.
     """
 
@@ -650,7 +650,8 @@ def normalize_field(field: np.ndarray, config: InitialConfig) -> np.ndarray:
 
 
 class ZeroPadded(threading.local):
-    """Each worker thread's zero-padded spectra, by shape, dtype and device (`zero_padded`)."""
+    """Each worker thread's zero-padded spectra, by shape, band width, dtype, device and inference mode
+    (`zero_padded`)."""
 
     def __init__(self) -> None:
         self.buffers: dict[tuple[tuple[int, ...], int, torch.dtype, torch.device, bool], Tensor] = {}
