@@ -240,13 +240,13 @@ class TrainConfig:
     max_bad_steps: int = checked(10, check=AT_LEAST_ONE)
     """Steps with a non-finite loss or gradient are skipped and counted; this many in a row stop the run."""
     loss: Literal["mse", "relative_l2"] = "relative_l2"
-    """Training loss on normalised frames: relative L2 per sample and frame (the default; the training twin
-    of the nRMSE metric) or mean squared error. Relative L2 won on every task measured (docs/literature.md,
-    120 s, one seed, beside dynaforge's other defaults): the FNO paper's Burgers 0.0021 against 0.0058 with
-    MSE, its Darcy flow 0.094 against 0.64, PDEBench's autoregressive Burgers 0.16 against 0.58, and the
-    quickstart's one-step nRMSE 4.6e-4 against 5.7e-4 (its 20-step rollout the same, 0.057), configs/ks1d.yaml's
-    20-step rollout nRMSE 0.030 against 0.052. A config with
-    a `twophase` section and no loss here trains with mse, the only loss two-phase training has."""
+    """Training loss on the frames as `data.normalize` leaves them: relative L2 per sample and frame (the
+    default; the training twin of the nRMSE metric) or mean squared error. Relative L2 won on every task
+    measured (docs/literature.md, 120 s, one seed, beside dynaforge's other defaults): the FNO paper's Burgers
+    0.0021 against 0.0058 with MSE, its Darcy flow 0.094 against 0.64, PDEBench's autoregressive Burgers 0.16
+    against 0.58, the quickstart's one-step nRMSE 4.6e-4 against 5.7e-4 (its 20-step rollout the same,
+    0.057), and configs/ks1d.yaml's 20-step rollout nRMSE 0.030 against 0.052. A config with a `twophase`
+    section and no loss here trains with mse, the only loss two-phase training has."""
     rollout_steps: int = checked(1, check=AT_LEAST_ONE)
     """Model calls unrolled autoregressively per window; the loss covers every predicted frame."""
     log_every: int = checked(50, check=AT_LEAST_ONE)

@@ -450,8 +450,8 @@ class CapturedSteps:
 
     One eager step runs first on a side stream, outside the capture, so that cuFFT plans and the
     zero-padded spectra (`zero_padded`) exist before the capture; those buffers are kept alive with the
-    graph, which writes into them. If capture fails, the failure is logged and `capture` returns None: the block
-    is stepped eagerly, with the same numbers.
+    graph, which writes into them. If capture fails, the failure is logged and `capture` returns None: the
+    block is stepped eagerly, with the same numbers.
     """
 
     def __init__(
