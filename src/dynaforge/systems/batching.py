@@ -11,7 +11,9 @@ on one thread or on all of them (docs/format.md, "A dataset is its config"). Two
 - Threads split work at places that depend on their count (see `dynaforge.threads`). Each block runs on one
   intra-op thread; blocks run side by side on worker threads.
 
-The block size is chosen from the sample's size alone, never from the batch or the thread count.
+The block size is chosen from the sample's size alone, never from the batch or the thread count. A system
+whose library calls may round differently for another batch shape (the FFTs of `systems/pde/spectral.py`)
+pads every block to its full size, so that no call ever sees a shape that depends on the batch.
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ def block_values_for(device: torch.device, cpu_values: int) -> int:
 def block_samples(values_per_sample: int, block_values: int, multiple: int = LANES) -> int:
     """Samples per block: about `block_values` state values, a multiple of `multiple` (at least one)."""
     return multiple * max(1, block_values // (multiple * max(1, values_per_sample)))
+
+
+def power_of_two_block(values_per_sample: int, block_values: int, multiple: int = LANES) -> int:
+    """Samples per block: `multiple` (a power of two) times the largest power of two that keeps the block
+    within `block_values` state values (at least `multiple`). Batches are mostly powers of two, and a
+    block padded to its full size wastes nothing on them."""
+    groups = max(1, block_values // (multiple * max(1, values_per_sample)))
+    return multiple * 2 ** (groups.bit_length() - 1)
 
 
 def sample_blocks(batch: int, block: int) -> list[slice]:

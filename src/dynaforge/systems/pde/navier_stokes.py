@@ -66,4 +66,6 @@ class NavierStokes2D(SpectralSystem):
         k_f = 2.0 * math.pi * n_f / params["domain_length"]
         y_phase = 2.0 * math.pi * n_f * torch.arange(n, dtype=amplitude.dtype, device=amplitude.device) / n
         field = -amplitude * k_f * torch.cos(y_phase).view(1, 1, 1, n)  # (batch, 1, 1, Y)
-        return self.to_spectral(field.expand(-1, 1, n, n).contiguous()).to(self.complex_dtype)
+        # One row at a time: a transform's shape must not depend on how many rows are set up together.
+        rows = [self.to_spectral(row.expand(1, 1, n, n).contiguous()) for row in field.split(1)]
+        return torch.cat(rows).to(self.complex_dtype)

@@ -11,8 +11,10 @@ Conventions (all systems built on `SpectralSystem`):
 - Precision: float32 state by default (complex64 spectra), float64 on request; coefficients are computed in
   float64 and rounded once.
 - Reproducibility: a sample's trajectory is the same, byte for byte, whatever batch it is stepped in and
-  whatever the torch thread count (`systems/batching.py`: blocks of a multiple of 16 samples chosen from
-  the grid alone, each on one intra-op thread).
+  whatever the torch thread count (`systems/batching.py`: blocks whose size comes from the grid alone, each
+  on one intra-op thread). On the CPU every block is padded to its full size, so every transform and
+  every elementwise operation a sample goes through has a shape that comes from the grid alone: an FFT
+  library that rounds a batch of 3 differently from a batch of 8 cannot show it.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ from dynaforge.systems.base import (
     rows_from_seeds,
 )
 from dynaforge.systems.batching import (
-    block_samples,
     block_values_for,
     pad_rows,
+    power_of_two_block,
     rows_for_lanes,
     sample_blocks,
     trajectory_buffer,
@@ -117,19 +119,8 @@ BLOCK_VALUES = {1: 2**15, 2: 2**17, 3: 2**17}
 """A rollout steps its batch in blocks of about this many state values per number of dimensions (128 samples
 of a 256-point grid, 8 of a 128 x 128 grid), so that a block's spectra and temporaries stay in cache and the
 allocator recycles them; blocks run side by side on the allowed threads. The size comes from the grid alone,
-so a sample's numbers never depend on the batch (`systems/batching.py`). Measured in docs/reproducibility.md."""
-
-
-FFT_TRANSFORM_GROUP = 4
-"""On grids of more than one axis, a block's samples x channels is a multiple of this: MKL vectorises the
-strided transforms along the non-last axes across the batch, and an odd count of transforms sends one
-through a remainder path that rounds differently. Measured on an AVX-512 Xeon without AMX (torch 2.13,
-2026-11-26): a one-channel 64 x 64 or 128 x 128 sample stepped alone or in a batch of 3 or 5 differed in the
-last bits from the same sample in a batch of 2, 4, 8 or 16, which all agreed, and two-channel batches of
-any size agreed. 4 covers that pairing with a margin for CPUs that group wider, at a cost only where a block
-held fewer transforms (Navier-Stokes 256^2: 2 -> 4 samples per block, about 20% of its step, measured beside
-other jobs; 8 would cost ~50% there). `tests/integration/test_reproducibility.py` checks it at 64 x 64 on
-the machine it runs on."""
+so a sample's numbers never depend on the batch (`systems/batching.py`; measurements in
+docs/reproducibility.md)."""
 
 
 class SpectralSystem:
@@ -337,21 +328,25 @@ class SpectralSystem:
     def lane_rows(self) -> int:
         """Blocks hold a multiple of this many samples. Every per-sample tensor of a step (fields, spectra,
         the 2/3 band, products) spans all axes but the last whole, so its size is a multiple of their
-        product: elementwise kernels need 16 samples in 1D, 1 on a 128 x 128 grid (`rows_for_lanes`). On
-        a grid of more than one axis the transforms along the other axes need whole groups of samples too
-        (`FFT_TRANSFORM_GROUP` transforms of a sample's channels)."""
-        lanes = rows_for_lanes(math.prod(self.shape[:-1]))
-        if self.ndim == 1:
-            return lanes
-        channels = self.transformed_channels()
-        return math.lcm(lanes, FFT_TRANSFORM_GROUP // math.gcd(FFT_TRANSFORM_GROUP, channels))
+        product: elementwise kernels need 16 samples in 1D, 1 on a 128 x 128 grid (`rows_for_lanes`)."""
+        return rows_for_lanes(math.prod(self.shape[:-1]))
 
     def block_samples(self, device: torch.device | None = None) -> int:
         """Samples per block of a rollout on `device` (default the CPU): from the grid and the device kind
-        alone (`BLOCK_VALUES` on the CPU, `batching.GPU_BLOCK_VALUES` on a GPU)."""
+        alone (`BLOCK_VALUES` on the CPU, `batching.GPU_BLOCK_VALUES` on a GPU), a power of two."""
         values = self.channels * math.prod(self.shape)
         budget = block_values_for(device or torch.device("cpu"), BLOCK_VALUES[self.ndim])
-        return block_samples(values, budget, self.lane_rows())
+        return power_of_two_block(values, budget, self.lane_rows())
+
+    def padded_rows(self, device: torch.device) -> int:
+        """Every block of a rollout on `device` is padded to a multiple of this many samples (copies of its
+        last one). On the CPU it is the whole block, so that every call of a step, the transforms included,
+        sees one shape whatever the batch: the lone sample and a partial last block are stepped as a full
+        block. On a GPU, where a block is the whole batch (`batching.GPU_BLOCK_VALUES`: 65,536 samples of a
+        256-point grid), padding to it would multiply a small batch's work, so blocks are padded to whole
+        lane groups only, and a sample's bits alone and in a batch there are measured
+        (`scripts/device_checks.sh`), not built in."""
+        return self.block_samples(device) if device.type == "cpu" else self.lane_rows()
 
     def rollout(
         self,
@@ -396,11 +391,12 @@ class SpectralSystem:
         if offset is not None:
             offset = torch.tensor(offset, dtype=self.real_dtype, device=device).view(-1, *([1] * self.ndim))
 
+        padded = self.padded_rows(device)
+
         def run_block(rows: slice) -> None:
             count = rows.stop - rows.start
-            lanes = self.lane_rows()
-            ops = shared if shared is not None else self.operators(pad_rows(params[rows], lanes), device)
-            state = pad_rows(initial[rows].to(self.real_dtype), lanes)
+            ops = shared if shared is not None else self.operators(pad_rows(params[rows], padded), device)
+            state = pad_rows(initial[rows].to(self.real_dtype), padded)
             frames[rows, 0] = state[:count]
             v = self.to_spectral(state if offset is None else state - offset)
 
