@@ -22,6 +22,7 @@ from dynaforge.models.loading import controller_for
 from dynaforge.store.format import DatasetError, plan_shards
 from dynaforge.store.writer import prepare_folder, shard_is_complete, update_manifest, write_shard
 from dynaforge.systems import NBody, System, build_system
+from dynaforge.systems.pde.spectral import SpectralSystem
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,27 @@ def system_for(config: Config, device: torch.device | str = "cpu") -> System:
     return build_system(system_config)
 
 
+def note_block_padding(config: Config, system: System, device: torch.device, shards: list[Any]) -> None:
+    """Say so when the batches the writer steps leave a PDE solver's blocks on the CPU partly empty: each
+    batch is padded to whole blocks (so that a sample's numbers never depend on its batch), which costs
+    time only."""
+    if not isinstance(system, SpectralSystem) or device.type != "cpu":
+        return
+    block = system.block_samples(device)
+    batches = [min(config.dataset.batch_size, shard.size - lo) for shard in shards
+               for lo in range(0, shard.size, config.dataset.batch_size)]  # fmt: skip
+    stepped = sum(-(-n // block) * block for n in batches)
+    if stepped > 1.25 * sum(batches):
+        log.info(
+            "the %s solver steps whole blocks of %d samples on the CPU, so these batches cost %.1fx their "
+            "samples' work; dataset.batch_size and dataset.shard_size multiples of %d avoid the padding",
+            system.name,
+            block,
+            stepped / sum(batches),
+            block,
+        )
+
+
 def generate(
     config: Config,
     out: str | Path,
@@ -92,6 +114,7 @@ def generate(
     device = generation_device(config.dataset.device)
     system = system_for(config, device)
     if todo:
+        note_block_padding(config, system, device, todo)
         total = sum(shard.size for shard in todo) * config.system.steps
         disabled = None if progress is None else not progress
         try:

@@ -122,6 +122,11 @@ allocator recycles them; blocks run side by side on the allowed threads. The siz
 so a sample's numbers never depend on the batch (`systems/batching.py`; measurements in
 docs/reproducibility.md)."""
 
+BLOCK_MAX_SAMPLES = 128
+"""CPU blocks hold at most this many samples: every block is padded to its full size, so on a small grid a
+larger block would mostly step copies for small batches, while the per-call work it saves is already small
+at 128 samples (docs/reproducibility.md)."""
+
 
 class SpectralSystem:
     """A batched pseudo-spectral solver for u_t = L u + N(u); see the module docstring for conventions.
@@ -333,10 +338,14 @@ class SpectralSystem:
 
     def block_samples(self, device: torch.device | None = None) -> int:
         """Samples per block of a rollout on `device` (default the CPU): from the grid and the device kind
-        alone (`BLOCK_VALUES` on the CPU, `batching.GPU_BLOCK_VALUES` on a GPU), a power of two."""
+        alone (`BLOCK_VALUES` and `BLOCK_MAX_SAMPLES` on the CPU, `batching.GPU_BLOCK_VALUES` on a GPU), a
+        power of two."""
+        device = device or torch.device("cpu")
         values = self.channels * math.prod(self.shape)
-        budget = block_values_for(device or torch.device("cpu"), BLOCK_VALUES[self.ndim])
-        return power_of_two_block(values, budget, self.lane_rows())
+        block = power_of_two_block(
+            values, block_values_for(device, BLOCK_VALUES[self.ndim]), self.lane_rows()
+        )
+        return min(block, max(BLOCK_MAX_SAMPLES, self.lane_rows())) if device.type == "cpu" else block
 
     def padded_rows(self, device: torch.device) -> int:
         """Every block of a rollout on `device` is padded to a multiple of this many samples (copies of its
