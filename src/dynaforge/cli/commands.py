@@ -290,7 +290,7 @@ def run_export(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"dynaforge export needs onnx, onnxruntime and onnxscript: pip install 'dynaforge[export]' ({error})"
         ) from error
-    result = export_run(args.run, args.out, checkpoint=args.checkpoint, data=args.data)
+    result = export_run(args.run, args.out, checkpoint=args.checkpoint, data=args.data, force=args.force)
     for check in result.checks:
         print(
             f"{check.name:<7} max |onnxruntime - torch| {check.max_abs:.3e}  relative {check.relative:.3e}  "
