@@ -216,7 +216,7 @@ def add_nbody_parser(verbs: argparse._SubParsersAction) -> None:
         default="auto",
         help="auto: MP4 when ffmpeg is on PATH, else GIF",
     )
-    simulate.add_argument("--frames", type=int, default=120, help="animation frames")
+    simulate.add_argument("--frames", type=int, default=120, help="animation frames (2 or more)")
     simulate.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
     simulate.add_argument("--no-progress", action="store_true", help="no progress bars")
     simulate.set_defaults(handler=run_nbody_simulate)
