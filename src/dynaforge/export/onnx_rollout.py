@@ -149,7 +149,7 @@ def model_in_folder(folder: Path, run: Path | None) -> str:
     """What to pass instead of `folder` (or of a checkpoint of the run `folder`)."""
     exported = sorted(folder.glob("*.onnx"))
     if exported:
-        return f"pass the model file itself, e.g. --onnx {exported[0]}"
+        return f"pass an exported model file, e.g. --onnx {exported[0]}"
     if run is None:
         return "--onnx takes the .onnx file that `dynaforge export RUN --out FILE.onnx` wrote"
     model = run / "model.onnx"
