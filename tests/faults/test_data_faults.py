@@ -65,7 +65,7 @@ def test_train_and_inspect_refuse_an_edited_std(data_copy: Path, tmp_path: Path)
     )
     assert not run.exists()
     inspect = run_cli("inspect", str(data_copy), check=False)
-    assert inspect.returncode == 1 and "stats.std[0] is 100.0" in inspect.stderr + inspect.stdout
+    assert inspect.returncode == 2 and "stats.std[0] is 100.0" in inspect.stderr + inspect.stdout
     unchanged(before, data_copy)
 
 

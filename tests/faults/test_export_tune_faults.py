@@ -23,7 +23,8 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
-REEXPORT = "dynaforge export RUN --out"
+REEXPORT = "`dynaforge export RUN --out NEW.onnx`"
+"""The advice for a bad model file: export into a new file, never over the file named (it may be evidence)."""
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +58,12 @@ def refused(model: Path, data: Path, *names: str) -> str:
 def test_a_truncated_onnx_is_refused_as_damaged(onnx_copy: Path, tiny_data: Path) -> None:
     content = onnx_copy.read_bytes()
     onnx_copy.write_bytes(content[: len(content) // 2])
-    refused(onnx_copy, tiny_data, str(onnx_copy), "is damaged", f"{REEXPORT} {onnx_copy}")
+    refused(onnx_copy, tiny_data, str(onnx_copy), "is damaged", REEXPORT)
 
 
 def test_a_zeroed_onnx_is_refused_as_damaged(onnx_copy: Path, tiny_data: Path) -> None:
     onnx_copy.write_bytes(bytes(onnx_copy.stat().st_size))
-    refused(onnx_copy, tiny_data, str(onnx_copy), "is damaged", f"{REEXPORT} {onnx_copy}")
+    refused(onnx_copy, tiny_data, str(onnx_copy), "is damaged", REEXPORT)
 
 
 def test_an_onnx_with_flipped_weight_bytes_is_refused_as_modified(onnx_copy: Path, tiny_data: Path) -> None:
@@ -72,7 +73,7 @@ def test_an_onnx_with_flipped_weight_bytes_is_refused_as_modified(onnx_copy: Pat
     content[start : start + 4] = bytes(b ^ 0xFF for b in content[start : start + 4])
     onnx_copy.write_bytes(content)
     onnx.checker.check_model(str(onnx_copy))  # still a valid model: only the weights changed
-    refused(onnx_copy, tiny_data, str(onnx_copy), "was modified after export", f"{REEXPORT} {onnx_copy}")
+    refused(onnx_copy, tiny_data, str(onnx_copy), "was modified after export", REEXPORT)
 
 
 def test_a_foreign_onnx_is_refused(tmp_path: Path, tiny_data: Path) -> None:

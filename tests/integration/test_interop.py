@@ -213,7 +213,7 @@ def test_bad_inputs_name_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[s
         h5.create_dataset("something", data=np.zeros(3))
     assert main(["-q", "convert", str(tmp_path / "other.h5"), "--out", str(tmp_path / "x")]) == 2
     assert "neither a PDEBench file" in capsys.readouterr().err
-    assert main(["-q", "inspect", str(tmp_path / "other.h5")]) == 1
+    assert main(["-q", "inspect", str(tmp_path / "other.h5")]) == 2
     assert "dynaforge convert" in capsys.readouterr().err  # a file is not a folder: the fix is named
     with pytest.raises(DatasetError, match="three fractions"):
         parse_fractions("0.8,0.2")

@@ -153,7 +153,7 @@ def verify(*args: str) -> tuple[int, str]:
     from dynaforge.cli import main
 
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         code = main(["verify", *args])
     return code, out.getvalue()
 
@@ -173,9 +173,9 @@ def test_verify_passes_on_a_fresh_dataset(tiny_dataset: Path) -> None:
 def test_verify_names_a_sample_altered_after_generation(tiny_dataset: Path) -> None:
     alter_sample(tiny_dataset, "train/shard-00001.h5", 1, 1e-6, rerecord=False)  # train sample 4
     code, out = verify(str(tiny_dataset), "--samples", "all")
-    assert code == 1
+    assert code == 2
     assert "train/4 (train/shard-00001.h5): FAIL, the stored sample no longer matches the hash" in out
-    assert "FAILED: 1 of 15 sample(s) do not match: train/4" in out
+    assert "FAILED verification: 1 of 15 sample(s) do not match: train/4" in out
 
 
 def test_verify_fails_a_sample_that_regenerates_differently_unless_within_tolerance(
@@ -183,14 +183,14 @@ def test_verify_fails_a_sample_that_regenerates_differently_unless_within_tolera
 ) -> None:
     alter_sample(tiny_dataset, "val/shard-00000.h5", 2, 2e-6, rerecord=True)  # val sample 2, |u| <= 1
     code, out = verify(str(tiny_dataset), "--samples", "all")
-    assert code == 1
+    assert code == 2
     assert "val/2 (val/shard-00000.h5): FAIL, differs: max |difference| 2e-06" in out
     assert "pass --tolerance" in out
     code, out = verify(str(tiny_dataset), "--samples", "all", "--tolerance", "1e-5")
     assert code == 0, out
     assert "val/2 (val/shard-00000.h5): within tolerance 1e-05" in out
     code, out = verify(str(tiny_dataset), "--samples", "all", "--tolerance", "1e-7")
-    assert code == 1
+    assert code == 2
 
 
 def test_verify_regenerates_whole_random_cnn_operators(tmp_path: Path) -> None:

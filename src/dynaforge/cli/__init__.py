@@ -216,7 +216,7 @@ def add_nbody_parser(verbs: argparse._SubParsersAction) -> None:
         default="auto",
         help="auto: MP4 when ffmpeg is on PATH, else GIF",
     )
-    simulate.add_argument("--frames", type=int, default=120, help="animation frames")
+    simulate.add_argument("--frames", type=int, default=120, help="animation frames (2 or more)")
     simulate.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
     simulate.add_argument("--no-progress", action="store_true", help="no progress bars")
     simulate.set_defaults(handler=run_nbody_simulate)
@@ -255,7 +255,14 @@ def add_tune_export_parsers(verbs: argparse._SubParsersAction) -> None:
 
     export = verbs.add_parser("export", help="export a run's model to ONNX and verify it in onnxruntime")
     export.add_argument("run", help="run folder (from `dynaforge train`, `nbody train` or STUDY/best)")
-    export.add_argument("--out", required=True, help="the .onnx file to write")
+    export.add_argument(
+        "--out",
+        required=True,
+        help="the .onnx file to write; an existing file is replaced only when it is a dynaforge export",
+    )
+    export.add_argument(
+        "--force", action="store_true", help="replace --out even when it is not a dynaforge export"
+    )
     export.add_argument("--checkpoint", choices=("best", "last"), default="best", help="which checkpoint")
     export.add_argument(
         "--data", default=None, help="dataset for the real-input check (default: the one trained on)"

@@ -88,7 +88,9 @@ def run_nbody_train(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from dynaforge.store import validate_dataset
+    """0 for a valid dataset; a folder that is not one (missing, interrupted, corrupt) is an expected
+    failure: the problems, then one `error:` line, status 2 (docs/exit-codes.md)."""
+    from dynaforge.store import DatasetError, validate_dataset
 
     result = validate_dataset(args.path, checksums=not args.no_checksums)
     if args.json:
@@ -99,19 +101,29 @@ def run_inspect(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(format_summary(result.summary))
+        if result.summary:
+            print(format_summary(result.summary))
         for warning in result.warnings:
             print(f"warning: {warning}")
-        for error in result.errors:
-            print(f"error: {error}", file=sys.stderr)
-        print("valid" if result.ok else f"INVALID: {len(result.errors)} problem(s)")
-    return 0 if result.ok else 1
+    if result.ok:
+        if not args.json:
+            print("valid")
+        return 0
+    if not result.summary:  # not a dataset at all: the reader's one message names the path and the fix
+        raise DatasetError(result.errors[0])
+    if len(result.errors) > 1 and not args.json:
+        for problem in result.errors:
+            print(f"problem: {problem}", file=sys.stderr)
+    more = f" (and {len(result.errors) - 1} more problem(s), listed above)" if len(result.errors) > 1 else ""
+    raise DatasetError(f"{args.path} is not a valid dataset: {result.errors[0]}{more}")
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    """0 when every sample checked regenerates identically (or within --tolerance); a folder that cannot
+    be checked, or a sample that does not match, is an expected failure: one `error:` line, status 2."""
     from dynaforge.generate.verify import dumps, verify_dataset
     from dynaforge.machine import machine_summary
-    from dynaforge.store import DatasetFolder
+    from dynaforge.store import DatasetError, DatasetFolder
 
     samples = parse_sample_count(args.samples)
     DatasetFolder(args.path)  # a clear error for a missing or incomplete folder before any output
@@ -120,19 +132,20 @@ def run_verify(args: argparse.Namespace) -> int:
         amount = "every sample" if samples is None else f"{samples} random sample(s) per split"
         print(f"verify {args.path}: regenerating {amount} from its config and seeds")
     result = verify_dataset(args.path, samples, args.tolerance, args.seed, on_sample=show)
+    failed = [check for check in result.checks if not check.passed]
     if args.json:
         print(dumps(result))
-        return 0 if result.ok else 1
-    made = "; ".join(machine_summary(m) for m in result.made_on) or "not recorded (an older dataset)"
-    print(f"made on: {made}")
-    print(f"checked on: {machine_summary(result.checked_on)}")
-    failed = [check for check in result.checks if not check.passed]
+    else:
+        made = "; ".join(machine_summary(m) for m in result.made_on) or "not recorded (an older dataset)"
+        print(f"made on: {made}")
+        print(f"checked on: {machine_summary(result.checked_on)}")
     if not failed:
-        exact = all(check.identical for check in result.checks)
-        print(
-            f"OK: {len(result.checks)} sample(s) regenerated, "
-            f"{'all identical' if exact else f'identical or within tolerance {args.tolerance:g}'}"
-        )
+        if not args.json:
+            exact = all(check.identical for check in result.checks)
+            print(
+                f"OK: {len(result.checks)} sample(s) regenerated, "
+                f"{'all identical' if exact else f'identical or within tolerance {args.tolerance:g}'}"
+            )
         return 0
     names = ", ".join(f"{c.split}/{c.index}" for c in failed[:10]) + (" ..." if len(failed) > 10 else "")
     regenerated_differently = any(c.stored_matches_record is not False for c in failed)
@@ -141,8 +154,10 @@ def run_verify(args: argparse.Namespace) -> int:
         if regenerated_differently and args.tolerance is None
         else ""
     )
-    print(f"FAILED: {len(failed)} of {len(result.checks)} sample(s) do not match: {names}{hint}")
-    return 1
+    raise DatasetError(
+        f"{args.path} FAILED verification: {len(failed)} of {len(result.checks)} sample(s) do not match: "
+        f"{names}{hint}"
+    )
 
 
 def parse_sample_count(text: str | None) -> int | None:
@@ -290,7 +305,7 @@ def run_export(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"dynaforge export needs onnx, onnxruntime and onnxscript: pip install 'dynaforge[export]' ({error})"
         ) from error
-    result = export_run(args.run, args.out, checkpoint=args.checkpoint, data=args.data)
+    result = export_run(args.run, args.out, checkpoint=args.checkpoint, data=args.data, force=args.force)
     for check in result.checks:
         print(
             f"{check.name:<7} max |onnxruntime - torch| {check.max_abs:.3e}  relative {check.relative:.3e}  "

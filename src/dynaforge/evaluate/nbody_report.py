@@ -113,6 +113,10 @@ def simulate(
         raise ConfigError(f"`nbody simulate` needs system.name=nbody, got system.name={config.system.name}")
     if systems < 1:
         raise ConfigError(f"--systems must be >= 1, got {systems}")
+    if frames < 2:
+        raise ConfigError(
+            f"--frames must be 2 or more (an animation shows at least the first and the last state), got {frames}"
+        )
     nbody = NBody(config.system)
     seeds = [sample_seed(config.dataset.seed, "test", i) for i in range(systems)]
     rows, initial = nbody.draw_samples([sample_rng(s) for s in seeds])
@@ -285,7 +289,7 @@ def write_animation(folder: Path, trace: Trace, kind: str, frames: int, disabled
         raise ConfigError("--animation mp4 needs ffmpeg on PATH; install it or use --animation gif")
     name = "animation.mp4" if use_mp4 else "animation.gif"
     times = trace.time[:, 0]
-    picks = np.searchsorted(times, np.linspace(times[0], times[-1], max(2, frames)))
+    picks = np.searchsorted(times, np.linspace(times[0], times[-1], frames))
     picks = np.clip(picks, 0, len(times) - 1)
     positions = trace.positions[:, 0]
     figure = new_figure(4.5, 4.5)

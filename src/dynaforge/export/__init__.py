@@ -4,6 +4,7 @@
   onnxruntime against PyTorch.
 - `onnx_rollout.py` (onnxruntime, numpy and h5py only): `rollout_onnx` rolls an exported surrogate out
   on a dataset folder, without PyTorch.
+- `onnx_file.py` (onnx only): what a path named as a model holds; `export` replaces only its own exports.
 
 Nothing is imported here, so that importing `dynaforge.export.onnx_rollout` does not load PyTorch.
 """

@@ -45,6 +45,7 @@ from dynaforge.atomic import atomic_path
 from dynaforge.data import Normalizer
 from dynaforge.errors import RunError
 from dynaforge.export.checksum import CHECKSUM_KEY, METADATA_KEY, model_checksum
+from dynaforge.export.onnx_file import Holds, read_onnx_file
 from dynaforge.models import ModelInput, ModelOutput, ModelShape, model_from_checkpoint
 from dynaforge.models.flow import FlowInput, FlowOutput
 from dynaforge.models.loading import CONTROLLER_KIND
@@ -150,9 +151,16 @@ class FeaturesToLogStep(nn.Module):
 
 
 def export_run(
-    run: str | Path, out: str | Path, checkpoint: str = "best", data: str | Path | None = None
+    run: str | Path,
+    out: str | Path,
+    checkpoint: str = "best",
+    data: str | Path | None = None,
+    force: bool = False,
 ) -> ExportResult:
-    """Export the `checkpoint` (best or last) of run folder `run` to `out`, then verify it (see module doc)."""
+    """Export the `checkpoint` (best or last) of run folder `run` to `out`, then verify it (see module doc).
+
+    An existing `out` is replaced only when it is an earlier dynaforge export (or with `force`)."""
+    check_replaceable(Path(out), force)
     folder = run_folder(run)
     state = load_checkpoint(folder.checkpoint(checkpoint))
     if state.get("kind") == CONTROLLER_KIND:
@@ -164,6 +172,23 @@ def export_run(
     path = export_module(exportable, Path(out))
     checks = verify(path, exportable)
     return ExportResult(path, OPSET, exportable.input_names, exportable.output_names, checks)
+
+
+def check_replaceable(out: Path, force: bool) -> None:
+    """Refuse, before any work, an `out` that is a folder, or a file other than a dynaforge export unless
+    `force`: --out names the file to write, and a mistyped one must not cost the user a checkpoint."""
+    found = read_onnx_file(out)
+    if found.holds is Holds.FOLDER:
+        raise ExportError(
+            f"--out {out} is a folder; --out takes the .onnx file to write, e.g. --out {out / 'model.onnx'}"
+        )
+    if found.holds in (Holds.NOTHING, Holds.EXPORT) or force:
+        return
+    detail = f": {found.detail}" if found.detail else ""
+    raise ExportError(
+        f"--out {out} already exists and is not a dynaforge export ({found.holds.value}{detail}); nothing "
+        "was written. Choose a new --out file, or add --force to replace it (what it holds is lost)"
+    )
 
 
 # ---- what to export ---------------------------------------------------------------------------------

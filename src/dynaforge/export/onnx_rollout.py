@@ -2,10 +2,11 @@
 
 This module imports onnx, onnxruntime, numpy and h5py and nothing of PyTorch (nor of the dynaforge modules
 that import it): it shows that an exported model is usable where PyTorch is not installed. It trusts no
-model file: it reads the file once, refuses one that is damaged, foreign (no dynaforge metadata) or changed
-since export (its metadata and weights no longer match the checksum of `checksum.py`), and runs the bytes it
-checked. It refuses `--frames` and `--samples` beyond what the data holds rather than take fewer. It reads the dataset
-folder directly (docs/format.md: the manifest's complete shards of a split, `fields` channels last),
+model file: it reads the file once, refuses one that is not a dynaforge export (a folder, a missing path, a
+file that is not ONNX, a damaged or foreign ONNX file: `onnx_file.py` tells which, and the message says it)
+or that changed since export (its metadata and weights no longer match the checksum of `checksum.py`), and
+runs the bytes it checked. No message advises writing over the file it names. It refuses `--frames` and
+`--samples` beyond what the data holds rather than take fewer. It reads the dataset folder directly (docs/format.md: the manifest's complete shards of a split, `fields` channels last),
 normalises with the statistics stored in the model file, calls the model on its own predictions, and
 scores the physical predictions against the stored trajectories with PDEBench's nRMSE per predicted frame
 (the `rollout_nrmse` of `dynaforge evaluate`).
@@ -23,6 +24,7 @@ import numpy as np
 
 from dynaforge.errors import RunError
 from dynaforge.export.checksum import CHECKSUM_KEY, METADATA_KEY, model_checksum
+from dynaforge.export.onnx_file import Holds, OnnxFile, read_onnx_file, run_of
 from dynaforge.store.format import READABLE_VERSIONS, file_sha256
 
 EPS = 1e-12
@@ -96,52 +98,81 @@ def open_checked_model(path: Path) -> CheckedModel:
     """Read `path` once, check that it is a whole ONNX model written by `dynaforge export` whose metadata
     and weights match the checksum it was written with, and open those very bytes in onnxruntime."""
     try:
-        import onnx  # lazy: an optional extra (dynaforge[export]); it parses the file to check it
         import onnxruntime  # lazy: an optional extra (dynaforge[export])
-        from google.protobuf.message import DecodeError  # lazy: comes with onnx
+
+        found = read_onnx_file(path)
     except ImportError as error:
         raise RunError(
             f"dynaforge rollout --onnx needs onnx and onnxruntime: pip install 'dynaforge[export]' ({error})"
         ) from error
-    if not path.is_file():
-        raise RunError(f"{path} does not exist; write it with `dynaforge export RUN --out {path}`")
-    content = path.read_bytes()
+    if found.holds is not Holds.EXPORT:
+        raise RunError(unusable_model(path, found))
+    metadata = check_checksum(found.proto, found.properties, path)
     try:
-        proto = onnx.load_from_string(content)
-    except DecodeError as error:
-        raise damaged(path, f"not a readable ONNX protobuf: {error}") from error
-    if not proto.HasField("graph") or proto.ir_version == 0:
-        raise damaged(path, "no model graph in it" if content else "an empty file")
-    metadata = check_checksum(proto, path)
-    try:
-        session = onnxruntime.InferenceSession(content, providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(found.content, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own error types for every kind of bad graph
-        raise damaged(path, f"onnxruntime cannot load it: {first_line(error)}") from error
+        raise RunError(damaged(path, f"onnxruntime cannot load it: {first_line(error)}")) from error
     return CheckedModel(session, metadata)
 
 
-def check_checksum(proto: Any, path: Path) -> dict[str, Any]:
-    """The dynaforge metadata of the parsed model `proto`, once its checksum matches (else a RunError)."""
-    properties = {entry.key: entry.value for entry in proto.metadata_props}
-    reexport = f"re-export it with `dynaforge export RUN --out {path}`"
-    if METADATA_KEY not in properties:
-        raise RunError(
-            f"{path} was not written by `dynaforge export` (no dynaforge metadata); rollout runs models "
-            f"exported from a dynaforge run: `dynaforge export RUN --out {path}`"
+# The advice below never names `path` as the --out of an export: `path` may be a file the user wants to
+# keep (a checkpoint passed by mistake), and a damaged or modified model is evidence worth keeping too.
+EXPORT_NEW = (
+    "export the run into a new file with `dynaforge export RUN --out NEW.onnx` and pass --onnx NEW.onnx"
+)
+
+
+def unusable_model(path: Path, found: OnnxFile) -> str:
+    """The message for an --onnx that is not a dynaforge export: what `path` holds, and what to pass."""
+    detail = f" ({found.detail})" if found.detail else ""
+    run = run_of(path)
+    if found.holds is Holds.NOTHING:
+        return (
+            f"{path} is missing (no such file); write a model there with `dynaforge export RUN --out {path}`"
         )
+    if found.holds is Holds.FOLDER:
+        what = "a run folder" if run is not None else "a folder"
+        return f"{path} is {what}, not an ONNX file; {model_in_folder(path, run)}"
+    if found.holds is Holds.NOT_ONNX:
+        if run is not None:
+            return f"{path} is not an ONNX file{detail}: it is a checkpoint of the run {run}; {model_in_folder(run, run)}"
+        return f"{path} is not an ONNX file{detail}; rollout runs models written by `dynaforge export`: {EXPORT_NEW}"
+    if found.holds is Holds.DAMAGED:
+        return damaged(path, found.detail)
+    return (
+        f"{path} was not written by `dynaforge export` (no dynaforge metadata); rollout runs models "
+        f"exported from a dynaforge run: {EXPORT_NEW}"
+    )
+
+
+def model_in_folder(folder: Path, run: Path | None) -> str:
+    """What to pass instead of `folder` (or of a checkpoint of the run `folder`)."""
+    exported = sorted(folder.glob("*.onnx"))
+    if exported:
+        return f"pass an exported model file, e.g. --onnx {exported[0]}"
+    if run is None:
+        return "--onnx takes the .onnx file that `dynaforge export RUN --out FILE.onnx` wrote"
+    model = run / "model.onnx"
+    return f"export the run with `dynaforge export {run} --out {model}` and pass --onnx {model}"
+
+
+def check_checksum(proto: Any, properties: dict[str, str], path: Path) -> dict[str, Any]:
+    """The dynaforge metadata of the parsed model `proto`, once its checksum matches (else a RunError)."""
     if CHECKSUM_KEY not in properties:
         raise RunError(
-            f"{path} carries no checksum of its weights (an export of an older dynaforge); {reexport}"
+            f"{path} carries no checksum of its weights (an export of an older dynaforge); {EXPORT_NEW}"
         )
     try:
         actual = model_checksum(proto, properties[METADATA_KEY])
         metadata = json.loads(properties[METADATA_KEY])
     except (ValueError, TypeError) as error:  # tensors whose bytes do not fit their dims, broken JSON
-        raise damaged(path, f"its weights or metadata cannot be read: {first_line(error)}") from error
+        raise RunError(
+            damaged(path, f"its weights or metadata cannot be read: {first_line(error)}")
+        ) from error
     if actual != properties[CHECKSUM_KEY]:
         raise RunError(
             f"{path} was modified after export: its weights or metadata do not match the checksum written "
-            f"with them; {reexport}"
+            f"with them; {EXPORT_NEW}"
         )
     if metadata.get("kind") != "surrogate":
         raise RunError(
@@ -151,8 +182,8 @@ def check_checksum(proto: Any, path: Path) -> dict[str, Any]:
     return metadata
 
 
-def damaged(path: Path, reason: str) -> RunError:
-    return RunError(f"{path} is damaged ({reason}); re-export it with `dynaforge export RUN --out {path}`")
+def damaged(path: Path, reason: str) -> str:
+    return f"{path} is damaged ({reason}); {EXPORT_NEW}"
 
 
 def first_line(error: BaseException) -> str:
