@@ -272,8 +272,16 @@ def report_inputs(
     )
 
 
+FORMER_CHANNEL_NAMES: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
+    ("navier_stokes", ("u",)): ("vorticity",),
+}
+"""(system, channel names its datasets recorded before the system named its channels) -> what the channels
+hold: such a dataset still reads, trains and evaluates as it is, and its report names the quantity."""
+
+
 def channel_names(dataset: DatasetFolder, channels: int) -> tuple[str, ...]:
-    """The dataset's channel names (its shards' `channel_names`), `channel I` where none are recorded."""
+    """The dataset's channel names (its shards' `channel_names`, or what they hold where a former version
+    recorded a placeholder: `FORMER_CHANNEL_NAMES`), `channel I` where none are recorded."""
     names: list[str] = []
     if dataset.foreign is not None:
         names = list(dataset.foreign.layout.channel_names)
@@ -286,7 +294,7 @@ def channel_names(dataset: DatasetFolder, channels: int) -> tuple[str, ...]:
                 ]
     if len(names) != channels:
         names = [f"channel {i}" for i in range(channels)]
-    return tuple(names)
+    return FORMER_CHANNEL_NAMES.get((dataset.system, tuple(names)), tuple(names))
 
 
 def metric_settings(
