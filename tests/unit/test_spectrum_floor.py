@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from dynaforge import simulate
+from dynaforge.evaluate.plots import spectra_figure
 from dynaforge.metrics import physics
 from dynaforge.metrics.spectra import energy_spectrum
 
@@ -78,3 +80,15 @@ def test_two_dimensional_shells_past_the_one_dimensional_band_are_scored() -> No
     assert (corners > 0.1 * corners.max()).sum() >= 4  # shells 16 .. 22 hold the square's corners
     louder = physics.spectrum_error_per_frame(truth * math.sqrt(10.0), truth)
     torch.testing.assert_close(louder, torch.ones(1), atol=1e-4, rtol=0)  # every held shell scored
+
+
+def test_the_spectra_figure_marks_the_floor_below_which_shells_are_not_scored() -> None:
+    truth = [[0.0, 1.0, 1e-3, 1e-17], [0.0, 2.0, 1e-3, 1e-17]]
+    figure = spectra_figure(truth, truth, [0, 4], physics.SPECTRUM_FLOOR)
+    axes = figure.axes[0]
+    floors = [line for line in axes.lines if line.get_linestyle() == ":"]
+    assert [line.get_ydata()[0] for line in floors] == pytest.approx([1e-12, 2e-12])
+    assert "not scored below (1e-12 of the peak)" in [t.get_text() for t in axes.get_legend().get_texts()]
+    assert not [
+        line for line in spectra_figure(truth, truth, [0, 4]).axes[0].lines if line.get_linestyle() == ":"
+    ]

@@ -62,6 +62,7 @@ from dynaforge.evaluate.stack_report import (
 )
 from dynaforge.evaluate.suite import METRICS as METRICS_INFO
 from dynaforge.evaluate.suite import PANELS, MetricSettings, score_predictions, score_rollouts
+from dynaforge.metrics.physics import SPECTRUM_FLOOR
 from dynaforge.models import ModelShape, model_from_checkpoint
 from dynaforge.models.latent_stack import LatentStack, load_stack
 from dynaforge.runs import RunFolder, load_checkpoint, run_folder
@@ -459,9 +460,10 @@ def report_figures(
         ],
         "physics": [
             (
-                "Energy spectra of truth and prediction at the first, middle and last rollout step",
+                "Energy spectra of truth and prediction at the first, middle and last rollout step; the "
+                "energy-spectrum error leaves out the shells whose true energy is below the dotted line",
                 "spectra.png",
-                spectra_png(spectra["truth"], spectra["predicted"], spectra["frames"]),
+                spectra_png(spectra["truth"], spectra["predicted"], spectra["frames"], SPECTRUM_FLOOR),
             )
         ],
         "worst": [],
