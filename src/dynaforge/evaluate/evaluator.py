@@ -62,6 +62,7 @@ from dynaforge.evaluate.stack_report import (
 )
 from dynaforge.evaluate.suite import METRICS as METRICS_INFO
 from dynaforge.evaluate.suite import PANELS, MetricSettings, score_predictions, score_rollouts
+from dynaforge.metrics.physics import SPECTRUM_FLOOR
 from dynaforge.models import ModelShape, model_from_checkpoint
 from dynaforge.models.latent_stack import LatentStack, load_stack
 from dynaforge.runs import RunFolder, load_checkpoint, run_folder
@@ -272,8 +273,16 @@ def report_inputs(
     )
 
 
+FORMER_CHANNEL_NAMES: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
+    ("navier_stokes", ("u",)): ("vorticity",),
+}
+"""(system, channel names its datasets recorded before the system named its channels) -> what the channels
+hold: such a dataset still reads, trains and evaluates as it is, and its report names the quantity."""
+
+
 def channel_names(dataset: DatasetFolder, channels: int) -> tuple[str, ...]:
-    """The dataset's channel names (its shards' `channel_names`), `channel I` where none are recorded."""
+    """The dataset's channel names (its shards' `channel_names`, or what they hold where a former version
+    recorded a placeholder: `FORMER_CHANNEL_NAMES`), `channel I` where none are recorded."""
     names: list[str] = []
     if dataset.foreign is not None:
         names = list(dataset.foreign.layout.channel_names)
@@ -286,7 +295,7 @@ def channel_names(dataset: DatasetFolder, channels: int) -> tuple[str, ...]:
                 ]
     if len(names) != channels:
         names = [f"channel {i}" for i in range(channels)]
-    return tuple(names)
+    return FORMER_CHANNEL_NAMES.get((dataset.system, tuple(names)), tuple(names))
 
 
 def metric_settings(
@@ -451,9 +460,10 @@ def report_figures(
         ],
         "physics": [
             (
-                "Energy spectra of truth and prediction at the first, middle and last rollout step",
+                "Energy spectra of truth and prediction at the first, middle and last rollout step; the "
+                "energy-spectrum error leaves out the shells whose true energy is below the dotted line",
                 "spectra.png",
-                spectra_png(spectra["truth"], spectra["predicted"], spectra["frames"]),
+                spectra_png(spectra["truth"], spectra["predicted"], spectra["frames"], SPECTRUM_FLOOR),
             )
         ],
         "worst": [],

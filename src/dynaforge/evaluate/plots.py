@@ -306,10 +306,15 @@ def training_curves_png(
     return figure_to_png(training_curves_figure(steps, losses, epochs))
 
 
-def spectra_png(
-    truth: Sequence[Sequence[float]], predicted: Sequence[Sequence[float]], frames: Sequence[int]
-) -> bytes:
-    """Energy spectra E(k) of truth (solid) and prediction (dashed) at a few rollout steps, log-log."""
+def spectra_figure(
+    truth: Sequence[Sequence[float]],
+    predicted: Sequence[Sequence[float]],
+    frames: Sequence[int],
+    floor: float | None = None,
+) -> Figure:
+    """Energy spectra E(k) of truth (solid) and prediction (dashed) at a few rollout steps, log-log. With
+    `floor` (a fraction of the largest true shell energy k >= 1, `dynaforge.metrics.physics.SPECTRUM_FLOOR`),
+    a dotted line per step marks the energy below which the spectrum error leaves a shell out."""
     figure = Figure(figsize=(7, 4.5), layout="constrained")
     axes = figure.add_subplot()
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
@@ -321,6 +326,9 @@ def spectra_png(
         axes.plot(k[shown], true[shown], color=color, label=f"truth, step {frame + 1}")
         guess = np.asarray(predicted[i], dtype=np.float64)
         axes.plot(k[shown], guess[shown], color=color, linestyle="--", label=f"prediction, step {frame + 1}")
+        if floor is not None and shown.any() and true[shown].max() > 0:
+            label = f"not scored below ({floor:g} of the peak)" if i == 0 else None
+            axes.axhline(floor * true[shown].max(), color=color, linestyle=":", linewidth=1, label=label)
     positive = [v for row in (*truth, *predicted) for v in row[1:] if v > 0]
     if positive:
         axes.set_xscale("log")
@@ -330,4 +338,13 @@ def spectra_png(
     axes.set_title("Energy spectra of truth and prediction")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=8)
-    return figure_to_png(figure)
+    return figure
+
+
+def spectra_png(
+    truth: Sequence[Sequence[float]],
+    predicted: Sequence[Sequence[float]],
+    frames: Sequence[int],
+    floor: float | None = None,
+) -> bytes:
+    return figure_to_png(spectra_figure(truth, predicted, frames, floor))

@@ -32,6 +32,7 @@ from dynaforge.metrics.horizon import (
     window_means,
 )
 from dynaforge.metrics.physics import (
+    SPECTRUM_FLOOR,
     conserved_quantities,
     energy_drift_per_frame,
     mass_drift_per_frame,
@@ -74,7 +75,9 @@ METRICS: dict[str, MetricInfo] = {
         "correlation", "Pearson correlation with the truth over the grid (higher is better)"
     ),
     "spectrum_error": MetricInfo(
-        "energy-spectrum error", "mean over shells k >= 1 of |log10 E_pred(k) / E_true(k)|"
+        "energy-spectrum error",
+        "mean of |log10 E_pred(k) / E_true(k)| over the shells k >= 1 the data hold (E_true(k) at least "
+        f"{SPECTRUM_FLOOR:g} of its largest; both floored there)",
     ),
     "mass_drift": MetricInfo("mass drift", "|spatial mean of prediction - of truth| (a conserved quantity)"),
     "energy_drift": MetricInfo(

@@ -40,8 +40,9 @@ CONSERVED: dict[str, tuple[str, ...]] = {
 """System name -> the quantities its rollouts conserve (see the module docstring); unknown systems: none."""
 
 SPECTRUM_FLOOR = 1e-12
-"""Spectra are floored at this fraction of the true total energy before taking logs, so that shells
-holding only round-off do not dominate the spectrum error."""
+"""Below this fraction of the largest true shell energy (k >= 1, per frame) a shell holds nothing the data
+resolve: it is left out of the spectrum error, and both spectra are floored at it
+(`spectrum_error_per_frame`)."""
 
 
 def conserved_quantities(system: str) -> tuple[str, ...]:
@@ -87,14 +88,28 @@ def mean_spectrum(fields: Float[Tensor, "batch frames channels *space"]) -> Floa
 def spectrum_error_per_frame(
     prediction: Float[Tensor, "batch frames channels *space"],
     truth: Float[Tensor, "batch frames channels *space"],
+    floor: float = SPECTRUM_FLOOR,
 ) -> Float[Tensor, " frames"]:
-    """Mean over shells k >= 1 of |log10 E_pred(k) - log10 E_true(k)|, with both spectra averaged over
-    samples and channels and floored at SPECTRUM_FLOOR times the true total energy. 0 for matching
-    spectra; 1 means an order of magnitude off on average. The mean mode (k = 0) is the mass, left out."""
+    """Mean of |log10 (E_pred(k) + f) - log10 (E_true(k) + f)| over the shells k >= 1 that the data hold,
+    both spectra averaged over samples and channels. 0 for matching spectra; 1 means an order of magnitude
+    off on average. The mean mode (k = 0) is the mass, left out.
+
+    Shells the data cannot hold are left out: those whose true energy is below f = `floor` times the
+    largest true energy of a shell k >= 1 (per frame). There the truth holds only round-off (a pseudo-spectral
+    solver zeroes the modes of its 2/3 rule; the stored float32 truth keeps some 1e-16 of the peak there),
+    and a model's small output there (say 1e-10) would otherwise dominate the mean through log10 of a
+    round-off. In the shells that are scored f is added to both spectra, so that a predicted energy below
+    what the data resolve counts as f. The rule needs no knowledge of the solver and so applies to other
+    tools' data too; a truth without fluctuations (E_true(k) = 0 for every k >= 1) scores every shell.
+    docs/evaluation.md explains the choice of f.
+    """
     check_same_shape(prediction, truth)
     predicted, true = mean_spectrum(prediction), mean_spectrum(truth)
     if true.shape[-1] < 2:
         raise ValueError("an energy spectrum needs at least 2 grid points per axis")
-    floor = (SPECTRUM_FLOOR * true.sum(dim=-1, keepdim=True)).clamp_min(torch.finfo(true.dtype).tiny)
-    ratio = (predicted[:, 1:] + floor) / (true[:, 1:] + floor)
-    return torch.log10(ratio).abs().mean(dim=-1)
+    predicted, true = predicted[:, 1:], true[:, 1:]  # (frames, shells k >= 1)
+    level = (floor * true.amax(dim=-1, keepdim=True)).clamp_min(torch.finfo(true.dtype).tiny)
+    held = true >= level
+    held = held | ~held.any(dim=-1, keepdim=True)  # a truth without fluctuations: score every shell
+    distance = torch.log10((predicted + level) / (true + level)).abs()
+    return torch.where(held, distance, 0.0).sum(dim=-1) / held.sum(dim=-1)

@@ -26,6 +26,11 @@ class NavierStokes2D(SpectralSystem):
     config_class = NavierStokesConfig
     supported_ndim = (2,)
 
+    @property
+    def channel_names(self) -> tuple[str, ...]:
+        """The one channel is the vorticity w (datasets written before this name call it `u`)."""
+        return ("vorticity",)
+
     def linear_operator(self, k: tuple[Tensor, ...], params: dict[str, Tensor]) -> Tensor:
         kx, ky = k
         return -params["viscosity"] * (kx**2 + ky**2) - params["drag"]
