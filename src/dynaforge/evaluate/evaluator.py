@@ -38,7 +38,7 @@ from dynaforge.config import (
     resolve_device,
 )
 from dynaforge.data import DataIdentity, Normalizer, check_same_data, data_fingerprint
-from dynaforge.errors import RunError
+from dynaforge.errors import DATA, RunError
 from dynaforge.evaluate.plots import (
     FieldAxes,
     Panel,
@@ -64,7 +64,7 @@ from dynaforge.evaluate.suite import METRICS as METRICS_INFO
 from dynaforge.evaluate.suite import PANELS, MetricSettings, score_predictions, score_rollouts
 from dynaforge.models import ModelShape, model_from_checkpoint
 from dynaforge.models.latent_stack import LatentStack, load_stack
-from dynaforge.runs import RunFolder, load_checkpoint, run_folder
+from dynaforge.runs import TRAIN_A_RUN, RunFolder, load_checkpoint, run_folder
 from dynaforge.store import DatasetFolder, SplitArrays
 from dynaforge.store.format import AXIS_NAMES, file_sha256
 from dynaforge.store.labels import units_of
@@ -306,9 +306,7 @@ def metric_settings(
 
 def evaluate_config_of(folder: RunFolder) -> EvaluateConfig:
     if not folder.root.is_dir():
-        raise RunError(
-            f"{folder.root} is not a run folder; train one with `dynaforge train CONFIG --data DIR --out RUN`"
-        )
+        raise RunError(f"{folder.root} is not a run folder; train one with `{TRAIN_A_RUN}`")
     if folder.config.exists():
         return load_config(folder.config).evaluate
     return EvaluateConfig()
@@ -319,7 +317,7 @@ def dataset_root(checkpoint: dict[str, Any], data: str | Path | None) -> Path:
         return Path(data)
     recorded = Path(checkpoint.get("data", ""))
     if not recorded.exists():
-        raise RunError(f"the dataset the run was trained on ({recorded}) is gone; pass --data DIR or FILE")
+        raise RunError(f"the dataset the run was trained on ({recorded}) is gone; pass {DATA} or FILE")
     return recorded
 
 
@@ -342,7 +340,7 @@ def check_compatible(fields: np.ndarray, shape: ModelShape, root: Path) -> None:
     if channels != shape.channels or spatial_dims != shape.spatial_dims:
         raise RunError(
             f"{root} holds {channels} channel(s) on {spatial_dims} spatial axes, but the model was trained on "
-            f"{shape.channels} channel(s) on {shape.spatial_dims}; pass the matching --data DIR"
+            f"{shape.channels} channel(s) on {shape.spatial_dims}; pass the matching {DATA}"
         )
 
 
