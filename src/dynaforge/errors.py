@@ -32,20 +32,23 @@ class Option(NamedTuple):
     """An option a message names: its Python argument `name` (the CLI flag is `--name` with dashes) and the
     `value` to pass: True for a switch (`--resume` / `resume=True`), a value (`--checkpoint last` /
     `checkpoint='last'`), a `Blank` (`--data DIR` / `data=DIR`), or None for the option alone (`--out` /
-    `out`). Formatted into a message's f-string, it marks the place where each face renders it."""
+    `out`). `cli`: what the command line says instead, where it has no such flag. Formatted into a
+    message's f-string, it marks the place where each face renders it."""
 
     name: str
     value: bool | str | None = None
+    cli: str | None = None
 
     def __format__(self, spec: str) -> str:
         kind = "blank" if isinstance(self.value, Blank) else type(self.value).__name__
-        return f"{_MARK}option{_FIELD}{self.name}{_FIELD}{kind}{_FIELD}{self.value or ''}{_MARK}"
+        fields = ["option", self.name, kind, str(self.value or ""), self.cli or ""]
+        return _MARK + _FIELD.join(fields) + _MARK
 
     def __str__(self) -> str:
         return format(self)
 
     def render(self, face: Face) -> str:
-        return render_option(self.name, self.value, face)
+        return render_option(self, face)
 
 
 class Command(NamedTuple):
@@ -67,7 +70,6 @@ class Command(NamedTuple):
 
 
 RESUME = Option("resume", True)
-OVERWRITE = Option("overwrite", True)
 OUT = Option("out")
 DATA = Option("data", Blank("DIR"))
 """The options most messages name: continue the output there, replace it, write elsewhere, read this data."""
@@ -116,10 +118,11 @@ def message_for(error: BaseException, face: Face) -> str:
 # ---- rendering --------------------------------------------------------------------------------------------
 
 
-def render_option(name: str, value: bool | str | None, face: Face) -> str:
+def render_option(option: Option, face: Face) -> str:
+    name, value = option.name, option.value
     if face == "cli":
         flag = "--" + name.replace("_", "-")
-        return flag if value is None or value is True else f"{flag} {value}"
+        return option.cli or (flag if value is None or value is True else f"{flag} {value}")
     if value is None:
         return f"`{name}`"
     return f"{name}={_python_value(value)}"
@@ -129,9 +132,9 @@ def render_marked(text: str, face: Face) -> str:
     """One marked place of a message (written by `Option.__format__` or `Command.__format__`)."""
     kind, *fields = text.split(_FIELD)
     if kind == "option":
-        name, value_kind, value = fields
+        name, value_kind, value, cli = fields
         parsed = {"bool": True, "NoneType": None, "blank": Blank(value)}.get(value_kind, value)
-        return render_option(name, parsed, face)
+        return render_option(Option(name, parsed, cli or None), face)
     verb, *rest = fields
     cut = rest.index("--")
     args = [_untagged(a) for a in rest[:cut]]

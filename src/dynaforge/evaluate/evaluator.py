@@ -115,8 +115,28 @@ class ReportInputs(NamedTuple):
 
 
 class EvaluationResult(NamedTuple):
+    """What `evaluate` found (`metrics`, as RUN/eval/metrics.json holds them) and where its report is."""
+
     metrics: dict[str, Any]
     report: Path
+
+    def __repr__(self) -> str:
+        """The key figures, not the whole metrics dict (it holds spectra and per-frame curves)."""
+        metrics = self.metrics
+        figures = [f"{key}={metrics[key]:.4g}" for key in HEADLINE if isinstance(metrics.get(key), float)]
+        rollout = metrics.get("rollout_nrmse")
+        if isinstance(rollout, list) and rollout:
+            figures.append(f"rollout_nrmse=<{len(rollout)} frames, {rollout[0]:.4g} to {rollout[-1]:.4g}>")
+        if "checkpoint" in metrics:
+            figures.append(f"checkpoint={metrics['checkpoint']!r}")
+        if "test_samples" in metrics:
+            figures.append(f"test_samples={metrics['test_samples']}")
+        figures += [f"report={str(self.report)!r}", f"metrics=<{len(metrics)} keys>"]
+        return f"EvaluationResult({', '.join(figures)})"
+
+
+HEADLINE = ("one_step_nrmse", "rollout_nrmse_mean", "rollout_nrmse_gmean")
+"""The single numbers an evaluation is summed up by (its printed form)."""
 
 
 def evaluate(

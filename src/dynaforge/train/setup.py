@@ -21,7 +21,7 @@ import torch
 
 from dynaforge.atomic import atomic_path, check_output_folder
 from dynaforge.config import Config, ConfigError, TrainConfig, config_to_dict, load_config, save_config
-from dynaforge.errors import OUT, OVERWRITE, RESUME, RunError
+from dynaforge.errors import OUT, RESUME, Option, RunError
 from dynaforge.runs import (
     RUN_ENTRIES,
     CheckpointError,
@@ -33,6 +33,10 @@ from dynaforge.runs import (
 from dynaforge.train.task import Task
 
 log = logging.getLogger(__name__)
+
+
+OVERWRITE = Option("overwrite", True, cli="delete it first")
+"""Replace a run folder's run (the command line has no flag for it)."""
 
 
 def checkpoint_to_resume(run: RunFolder, config: Config, resume: bool, overwrite: bool) -> Path | None:
@@ -50,8 +54,8 @@ def checkpoint_to_resume(run: RunFolder, config: Config, resume: bool, overwrite
         return run.last
     if holds_run(run.root) and not (overwrite or resume):
         raise RunError(
-            f"{run.root} already holds a run; continue it with {RESUME}, replace it with {OVERWRITE} or "
-            f"choose another {OUT} folder"
+            f"{run.root} already holds a run: continue it ({RESUME}), replace it ({OVERWRITE}) or write "
+            f"another run (another {OUT} folder)"
         )
     return None
 
