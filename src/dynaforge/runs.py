@@ -7,6 +7,10 @@ RUN/checkpoints/best.pt    the epoch with the lowest validation loss
 RUN/checkpoints/epoch-N.pt kept snapshots, every `train.keep_every` epochs
 RUN/eval/metrics.json      after `dynaforge evaluate`, with plots and report.html
 RUN/eval-NAME/             the same for `dynaforge evaluate --data NAME` on data other than the run's own
+RUN/profile/               after `dynaforge train --profile N`
+
+A run folder holds only these (and W&B's files): training refuses a folder that holds anything else
+(`dynaforge.atomic.check_output_folder`).
 
 Checkpoints hold plain data only (tensors, numbers, strings, lists, dicts), so they load with
 `torch.load(..., weights_only=True)`, and are written atomically (a killed writer never leaves a partial
@@ -62,8 +66,18 @@ EVALUATION_ONLY = ("evaluate", "tune")
 """Config sections that change only how a run is evaluated or searched over, not the run itself."""
 
 
-RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "checkpoints", "eval", "eval-*", "profile", "wandb.json")
-"""What training and evaluation write at the top of a run folder (see the module docstring)."""
+RUN_ENTRIES = (
+    "config.yaml",
+    "metrics.jsonl",
+    "checkpoints",
+    "eval",
+    "eval-*",
+    "profile",
+    "wandb.json",
+    "wandb",
+)
+"""What training and evaluation write at the top of a run folder (see the module docstring; `wandb/` and
+`wandb.json` are W&B's, when train.wandb is on)."""
 
 
 class RunFolder(NamedTuple):

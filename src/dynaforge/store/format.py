@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dynaforge.errors import DatasetError as DatasetError  # the store's error, kept importable from here
+from dynaforge.errors import DatasetError as DatasetError  # the store's error, importable here
 from dynaforge.seeds import SPLITS
 
 FORMAT_VERSION = 2
