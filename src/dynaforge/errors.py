@@ -96,6 +96,9 @@ class DynaforgeError(Exception):
     def __str__(self) -> str:
         return self.render("python")
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
 
 class ConfigError(DynaforgeError, ValueError):
     """A configuration or argument that cannot be used; the message names the key and what would be valid."""

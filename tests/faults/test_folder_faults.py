@@ -29,12 +29,14 @@ def listing(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-def writes_nothing(root: Path, *args: str, named: str) -> None:
-    """`dynaforge ARGS` fails cleanly naming `named`, and `root` holds exactly what it held, byte for byte."""
+def writes_nothing(root: Path, *args: str, named: str) -> str:
+    """`dynaforge ARGS` fails cleanly naming `named`, and `root` holds exactly what it held, byte for byte;
+    returns the error line."""
     before, hashes = listing(root), file_hashes(root)
-    fails_cleanly(run_cli(*args, check=False), named)
+    line = fails_cleanly(run_cli(*args, check=False), named)
     assert listing(root) == before
     assert file_hashes(root) == hashes
+    return line
 
 
 @pytest.mark.parametrize("verb", ["generate", "run", "train", "nbody simulate"])
@@ -48,8 +50,7 @@ def test_every_verb_refuses_a_foreign_folder_and_writes_nothing(
         "train": ["train", TINY, "--data", str(tiny_data), "--out", str(out)],
         "nbody simulate": ["nbody", "simulate", NBODY, "--out", str(out), "--animation", "none"],
     }[verb]
-    writes_nothing(out, *args, named="notes.txt")
-    line = run_cli(*args, check=False).stderr
+    line = writes_nothing(out, *args, named="notes.txt")
     assert "--out" in line and "`out`" not in line  # the command line's face names its flag
 
 
