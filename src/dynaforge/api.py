@@ -9,7 +9,12 @@ Conventions: fields are torch tensors in the layout models take, channels first,
 (samples, time, channels, *space) float32 (the store keeps them channels last; the values are the same
 bytes); parameters are float64, one column per name of `param_names`; time and grid coordinates are
 float64 in the system's own units. Everything a trained model is given or returns here is in physical
-units: normalisation is applied inside.
+units: normalisation is applied inside; `Run.predict` and `Run.rollout` also take numpy arrays (and then
+return numpy arrays).
+
+Errors are `dynaforge.errors.DynaforgeError`s (a `ConfigError` is also a `ValueError`), and name the
+arguments of these functions (`resume=True`, `overwrite=True`), not the command line's flags. The printed
+form of what they return is a summary (shapes, names, key figures) that fits a notebook cell.
 
 The examples run as tests (tests/integration/test_api.py, from the repository root) with `tmp` a scratch
 folder, `tiny_data` a dataset folder of configs/tiny.yaml and `tiny_run` a run trained on it.
@@ -55,6 +60,8 @@ from dynaforge.train import train as train_folder
 
 ConfigLike = str | Path | Config
 """A YAML preset's path or a `Config`."""
+Frames = Float[Tensor, "batch history channels *space"] | Float[np.ndarray, "batch history channels *space"]
+"""Physical frames a run starts from: a tensor, or a numpy array (the run then returns numpy arrays)."""
 
 
 class Sample(NamedTuple):
@@ -71,6 +78,13 @@ class Sample(NamedTuple):
     seed: int
     """The sample's seed (`dynaforge.seeds.sample_seed` of the base seed, split and index)."""
 
+    def __repr__(self) -> str:
+        return (
+            f"Sample(fields={tensor_summary(self.fields)}, "
+            f"params={params_summary(self.params, self.param_names)}, time={time_summary(self.time)}, "
+            f"grid={grid_summary(self.grid)}, seed={self.seed})"
+        )
+
 
 class Samples(NamedTuple):
     """Trajectories of one split: fields (samples, time, channels, *space) float32 and what goes with them."""
@@ -85,6 +99,13 @@ class Samples(NamedTuple):
     """Axis name -> (samples, points) float64 coordinates per sample."""
     seeds: tuple[int, ...]
     """Each sample's seed."""
+
+    def __repr__(self) -> str:
+        return (
+            f"Samples(fields={tensor_summary(self.fields)}, "
+            f"params={params_summary(self.params, self.param_names)}, time={time_summary(self.time)}, "
+            f"grid={grid_summary(self.grid)}, seeds=<{len(self.seeds)}>)"
+        )
 
     def sample(self, index: int) -> Sample:
         """The `index`-th trajectory alone."""
@@ -126,10 +147,10 @@ def simulate(
     """
     config = load_config(config, overrides)
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        raise ConfigError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
     n = config.dataset.split_sizes()[split] if n is None else n
     if n < 1 or start < 0:
-        raise ValueError(f"simulate needs n >= 1 samples from a start >= 0, got n={n}, start={start}")
+        raise ConfigError(f"simulate needs n >= 1 samples from a start >= 0, got n={n}, start={start}")
     base_seed = config.dataset.seed if seed is None else seed
     where = torch.device(resolve_device(device or config.dataset.device))
     system = system_for(config, where)
@@ -197,7 +218,14 @@ class Dataset:
         self.root = self.folder.root
 
     def __repr__(self) -> str:
-        return f"Dataset({str(self.root)!r}, system={self.system!r}, splits={self.splits})"
+        shape = self.folder.manifest.get("shape", {})
+        frames = (
+            f", frames={shape['frames']}, space={shape['space']}"
+            if {"frames", "space"} <= shape.keys()
+            else ""
+        )
+        channels = f", channels={shape['channels']}" if "channels" in shape else ""
+        return f"Dataset({str(self.root)!r}, system={self.system!r}, splits={self.splits}{frames}{channels})"
 
     @property
     def splits(self) -> dict[str, int]:
@@ -264,7 +292,7 @@ def open_dataset(path: str | Path) -> Dataset:
     return Dataset(path)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class Run:
     """A trained surrogate from a run folder: the model (eval mode), its config, shape and normaliser.
 
@@ -284,11 +312,20 @@ class Run:
     """The train split's statistics the model was trained with."""
     device: torch.device
 
-    def predict(
-        self, frames: Float[Tensor, "batch history channels *space"]
-    ) -> Float[Tensor, "batch horizon channels *space"]:
+    def __repr__(self) -> str:
+        weights = sum(p.numel() for p in self.model.parameters())
+        return (
+            f"Run({str(self.root)!r}, checkpoint={self.checkpoint!r}, model={self.config.model.name!r} "
+            f"({weights:,} weights), system={self.config.system.name!r}, channels={self.shape.channels}, "
+            f"history={self.shape.history}, horizon={self.shape.horizon}, "
+            f"spatial_dims={self.shape.spatial_dims}, stride={self.config.data.stride}, "
+            f"device={str(self.device)!r})"
+        )
+
+    def predict(self, frames: Frames) -> Float[Tensor, "batch horizon channels *space"] | np.ndarray:
         """One model call: the next `shape.horizon` frames after `shape.history` physical frames
-        (B, history, C, *space), physical units, on the device `frames` came from.
+        (B, history, C, *space), physical units, on the device `frames` came from (a numpy array in,
+        a numpy array out).
 
         >>> import dynaforge
         >>> run = dynaforge.load_run(tiny_run)
@@ -299,12 +336,12 @@ class Run:
         return self.rollout(frames, steps=1)
 
     def rollout(
-        self, initial_frames: Float[Tensor, "batch history channels *space"], *, steps: int
-    ) -> Float[Tensor, "batch predicted channels *space"]:
+        self, initial_frames: Frames, *, steps: int
+    ) -> Float[Tensor, "batch predicted channels *space"] | np.ndarray:
         """`steps` model calls, each on the last `shape.history` frames known or predicted; returns the
         steps x horizon predicted frames (without the initial ones), physical units, on the device
-        `initial_frames` came from. Frame k of the result is (k + 1) x `config.data.stride` stored frames
-        after the last initial frame.
+        `initial_frames` came from (float32 numpy when they are a numpy array). Frame k of the result is
+        (k + 1) x `config.data.stride` stored frames after the last initial frame.
 
         >>> import dynaforge
         >>> run = dynaforge.load_run(tiny_run)
@@ -315,8 +352,15 @@ class Run:
         >>> bool(((predicted - truth[:, 2:7]).norm() / truth[:, 2:7].norm()) < 1)
         True
         """
+        if isinstance(initial_frames, np.ndarray):
+            return self.rollout(torch.from_numpy(np.ascontiguousarray(initial_frames)), steps=steps).numpy()
+        if not isinstance(initial_frames, Tensor):
+            raise TypeError(
+                f"frames must be a torch.Tensor or a numpy array of shape {expected_frames(self.shape)}, "
+                f"got a {type(initial_frames).__name__}"
+            )
         if steps < 1:
-            raise ValueError(f"steps is the number of model calls, at least 1; got {steps}")
+            raise ConfigError(f"steps is the number of model calls, at least 1; got {steps}")
         check_frames(initial_frames, self.shape)
         frames = initial_frames.to(device=self.device, dtype=torch.float32)
         self.model.eval()
@@ -348,7 +392,7 @@ def load_run(path: str | Path, *, checkpoint: Literal["best", "last"] = "best", 
     (ModelShape(channels=1, history=2, horizon=1, spatial_dims=1), 'fno', False)
     """
     if checkpoint not in ("best", "last"):
-        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+        raise ConfigError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
     folder = run_folder(path)
     where = torch.device(resolve_device(device))
     state = load_checkpoint(folder.checkpoint(checkpoint), map_location=where)
@@ -403,18 +447,43 @@ def read_sample(folder: DatasetFolder, split: str, index: int) -> Sample:
         )
 
 
-def check_frames(frames: Tensor, shape: ModelShape) -> None:
-    """Raise an error that names the fix when `frames` do not fit a model of `shape`."""
-    expected = (
+def expected_frames(shape: ModelShape) -> str:
+    return (
         f"(batch, history={shape.history}, channels={shape.channels}, *space with {shape.spatial_dims} axes)"
     )
+
+
+def check_frames(frames: Tensor, shape: ModelShape) -> None:
+    """Raise an error that names the fix when `frames` do not fit a model of `shape`."""
+    expected = expected_frames(shape)
     if frames.ndim != 3 + shape.spatial_dims or frames.shape[2] != shape.channels:
-        raise ValueError(
+        raise ConfigError(
             f"frames of shape {tuple(frames.shape)} do not fit this model: it takes {expected}; "
             "fields here are channels first, and a single trajectory needs a batch axis (frames[None])"
         )
     if frames.shape[1] != shape.history:
-        raise ValueError(
+        raise ConfigError(
             f"this model takes {shape.history} input frames, got {frames.shape[1]}; pass the last ones, "
             f"frames[:, -{shape.history}:], {shape.history} stored frame(s) x data.stride apart"
         )
+
+
+def tensor_summary(values: Tensor) -> str:
+    """`(4, 11, 1, 64) float32` (and its device when not the CPU): what a tensor is, without its values."""
+    where = "" if values.device.type == "cpu" else f" {values.device}"
+    return f"{tuple(values.shape)} {str(values.dtype).removeprefix('torch.')}{where}"
+
+
+def params_summary(params: Tensor, names: Sequence[str]) -> str:
+    shown = ", ".join(names[:6]) + (f", +{len(names) - 6} more" if len(names) > 6 else "")
+    return f"{tensor_summary(params)} [{shown}]"
+
+
+def time_summary(time: Tensor) -> str:
+    if time.numel() == 0:
+        return "<0 frames>"
+    return f"<{time.numel()} frames, {float(time[0]):.6g} to {float(time[-1]):.6g}>"
+
+
+def grid_summary(grid: dict[str, Tensor]) -> str:
+    return "{" + ", ".join(f"{axis!r}: {tuple(values.shape)}" for axis, values in grid.items()) + "}"

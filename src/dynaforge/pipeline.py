@@ -17,8 +17,9 @@ import json
 import logging
 from pathlib import Path
 
+from dynaforge.atomic import check_output_folder
 from dynaforge.config import Config, config_differences, config_to_dict, load_config, save_config
-from dynaforge.errors import RunError
+from dynaforge.errors import OUT, RunError
 from dynaforge.evaluate import evaluate, evaluation_is_current
 from dynaforge.generate import generate
 from dynaforge.runs import check_same_run, holds_run, load_checkpoint, run_folder
@@ -39,6 +40,7 @@ def run_pipeline(
     section (always rerun)."""
     root = Path(root)
     check_no_empty_split(config)
+    check_output_folder(root, ("data", "run"), "a `run` folder (data/, run/)", RunError)
     data, run = root / "data", run_folder(root / "run")
     stored = stored_part(config)
     if dataset_is_complete(data, stored):
@@ -102,7 +104,7 @@ def training_is_complete(root: Path, config: Config) -> bool:
     if run.config.exists():
         saved = config_to_dict(load_config(run.config))
         wanted = config_to_dict(config)
-        check_same_run(saved, wanted, str(root), "Use another --out folder, or pass the same config.")
+        check_same_run(saved, wanted, str(root), f"Use another {OUT} folder, or pass the same config.")
         if saved.get("evaluate") != wanted.get("evaluate"):
             save_config(config, run.config)  # the evaluation follows the new evaluate section
     if not run.last.exists():

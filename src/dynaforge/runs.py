@@ -7,6 +7,10 @@ RUN/checkpoints/best.pt    the epoch with the lowest validation loss
 RUN/checkpoints/epoch-N.pt kept snapshots, every `train.keep_every` epochs
 RUN/eval/metrics.json      after `dynaforge evaluate`, with plots and report.html
 RUN/eval-NAME/             the same for `dynaforge evaluate --data NAME` on data other than the run's own
+RUN/profile/               after `dynaforge train --profile N`
+
+A run folder holds only these (and W&B's files): training refuses a folder that holds anything else
+(`dynaforge.atomic.check_output_folder`).
 
 Checkpoints hold plain data only (tensors, numbers, strings, lists, dicts), so they load with
 `torch.load(..., weights_only=True)`, and are written atomically (a killed writer never leaves a partial
@@ -54,10 +58,26 @@ import torch
 
 from dynaforge.atomic import atomic_path
 from dynaforge.config import ConfigError, config_differences, config_from_dict, config_to_dict
-from dynaforge.errors import RunError
+from dynaforge.errors import RESUME, Blank, Option, RunError, command
 
+TRAIN_A_RUN = command("train", Blank("CONFIG"), data=Blank("DIR"), out=Blank("RUN"))
+"""What to run to make a run folder (for the errors of the verbs that need one)."""
 EVALUATION_ONLY = ("evaluate", "tune")
 """Config sections that change only how a run is evaluated or searched over, not the run itself."""
+
+
+RUN_ENTRIES = (
+    "config.yaml",
+    "metrics.jsonl",
+    "checkpoints",
+    "eval",
+    "eval-*",
+    "profile",
+    "wandb.json",
+    "wandb",
+)
+"""What training and evaluation write at the top of a run folder (see the module docstring; `wandb/` and
+`wandb.json` are W&B's, when train.wandb is on)."""
 
 
 class RunFolder(NamedTuple):
@@ -156,14 +176,16 @@ class CheckpointError(RunError):
     """A checkpoint file that cannot be used: damaged, unsafe, or not dynaforge's."""
 
 
+class MissingCheckpoint(CheckpointError, FileNotFoundError):
+    """A checkpoint file that is not there."""
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """A checkpoint's plain data, loaded safely (weights_only: no arbitrary code runs); a file that cannot
     be read is a `CheckpointError` naming it."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(
-            f"checkpoint {path} does not exist; train first with `dynaforge train CONFIG --data DIR --out RUN`"
-        )
+        raise MissingCheckpoint(f"checkpoint {path} does not exist; train first with `{TRAIN_A_RUN}`")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
@@ -192,8 +214,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 
 REWRITE = (
-    "use the run's other checkpoint (`--checkpoint last` or `best`), continue training with --resume, or "
-    "train again"
+    f"use the run's other checkpoint ({Option('checkpoint', 'last')} or `best`), continue training with "
+    f"{RESUME}, or train again"
 )
 
 

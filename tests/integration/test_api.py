@@ -6,6 +6,7 @@ true; they use the fixtures below under the names the module docstring gives).""
 from __future__ import annotations
 
 import doctest
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -172,3 +173,73 @@ def test_docstring_examples(
     result = doctest.testmod(api, extraglobs=extra, optionflags=doctest.ELLIPSIS, report=True)
     assert result.failed == 0
     assert result.attempted >= 20  # every example ran
+
+
+def test_predict_and_rollout_take_numpy_and_return_numpy(
+    tiny_data: Path, tiny_run: Path, one_thread: None
+) -> None:
+    run = dynaforge.load_run(tiny_run)
+    frames = dynaforge.open_dataset(tiny_data).split("test").fields[:, :2]
+    predicted = run.rollout(frames.numpy(), steps=3)
+    assert isinstance(predicted, np.ndarray) and predicted.dtype == np.float32
+    np.testing.assert_allclose(predicted, run.rollout(frames, steps=3).numpy(), rtol=1e-6, atol=1e-7)
+    one = run.predict(frames.numpy().astype(np.float64))  # any float dtype: the model takes float32
+    assert isinstance(one, np.ndarray) and one.shape == (4, 1, 1, 64)
+    with pytest.raises(TypeError):  # a list: one TypeError (under pytest, jaxtyping's, which checks first)
+        run.rollout(frames.tolist(), steps=1)
+
+
+def test_printed_forms_fit_a_notebook_cell(tiny_data: Path, tiny_run: Path, one_thread: None) -> None:
+    run = dynaforge.load_run(tiny_run)
+    data = dynaforge.open_dataset(tiny_data)
+    test = data.split("test")
+    result = run.evaluate()
+    printed = {
+        "run": repr(run),
+        "dataset": repr(data),
+        "samples": repr(test),
+        "sample": repr(test.sample(0)),
+        "simulated": repr(dynaforge.simulate(TINY, n=2, split="test")),
+        "evaluation": repr(result),
+    }
+    for name, text in printed.items():
+        assert len(text) < 600, f"{name}: {len(text)} characters:\n{text}"
+    assert "'fno'" in printed["run"] and "history=2" in printed["run"] and "'burgers'" in printed["run"]
+    assert "(4, 11, 1, 64) float32" in printed["samples"] and "viscosity" in printed["samples"]
+    assert "tensor(" not in printed["samples"] + printed["sample"] + printed["simulated"]
+    assert "'burgers'" in printed["dataset"] and "'test': 4" in printed["dataset"]
+    assert f"one_step_nrmse={result.metrics['one_step_nrmse']:.4g}" in printed["evaluation"]
+    assert "report.html" in printed["evaluation"] and "spectra" not in printed["evaluation"]
+
+
+def test_api_errors_name_python_arguments(tiny_data: Path, tiny_run: Path, tmp_path: Path) -> None:
+    """Messages written once name the option; through the API they read as the function's arguments."""
+    from dynaforge.errors import DatasetError, DynaforgeError, RunError
+
+    def message(error: pytest.ExceptionInfo[BaseException]) -> str:
+        text = str(error.value)
+        for path in (tmp_path, tiny_run, tiny_data):
+            text = text.replace(str(path), "PATH")
+        assert "--" not in text, f"a command-line flag in an API error: {text}"
+        return text
+
+    run = Path(shutil.copytree(tiny_run, tmp_path / "run"))
+    with pytest.raises(RunError) as error:  # a run is there: resume, overwrite or write elsewhere
+        dynaforge.api.train(TINY, tiny_data, run, overrides=["train.epochs=2"], progress=False)
+    assert all(name in message(error) for name in ("resume=True", "overwrite=True", "`out`"))
+    best = run / "checkpoints" / "best.pt"
+    best.write_bytes(best.read_bytes()[: best.stat().st_size // 2])
+    with pytest.raises(DynaforgeError) as error:  # truncated: the other checkpoint, or resume
+        dynaforge.load_run(run)
+    assert "checkpoint='last'" in message(error) and "resume=True" in message(error)
+    with pytest.raises(FileNotFoundError) as error:  # how to make a run, as a call
+        dynaforge.load_run(tmp_path)
+    assert "dynaforge.api.train(CONFIG, data=DIR, out=RUN)" in message(error)
+    with pytest.raises(DatasetError) as error:
+        dynaforge.open_dataset(tmp_path / "nothing")
+    assert "dynaforge.api.generate(CONFIG, out='PATH/nothing')" in message(error)
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(RunError) as error:  # the one folder rule, through the API too
+        dynaforge.api.train(TINY, tiny_data, tmp_path, overrides=["train.epochs=1"], progress=False)
+    assert "notes.txt" in message(error) and "`out`" in message(error)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "run"]

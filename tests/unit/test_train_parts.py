@@ -110,7 +110,7 @@ def test_checkpoint_round_trip_with_weights_only(tmp_path: Path) -> None:
 
 
 def test_load_checkpoint_errors(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="dynaforge train"):
+    with pytest.raises(FileNotFoundError, match="train first"):
         load_checkpoint(tmp_path / "missing.pt")
     torch.save({"weights": torch.zeros(1)}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="not a dynaforge checkpoint"):

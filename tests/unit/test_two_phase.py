@@ -239,7 +239,7 @@ def test_resume_after_a_kill_gives_identical_weights(tmp_path: Path) -> None:
 def test_a_run_is_not_overwritten_nor_resumed_with_another_config(tmp_path: Path) -> None:
     overrides = [*SMALL, "train.epochs=1"]
     two_phase_engine(load_config(None, overrides), tmp_path / "run").fit()
-    with pytest.raises(RunError, match="--resume"):
+    with pytest.raises(RunError, match=r"resume=True"):
         two_phase_engine(load_config(None, overrides), tmp_path / "run")
     with pytest.raises(RunError, match=r"twophase\.beta"):
         two_phase_engine(load_config(None, [*overrides, "twophase.beta=0.3"]), tmp_path / "run", resume=True)

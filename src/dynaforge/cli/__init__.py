@@ -26,7 +26,7 @@ from dynaforge.cli.commands import (
     run_verify,
 )
 from dynaforge.cli.threads import choose_threads, command_threads, resumed_run
-from dynaforge.config import ConfigError
+from dynaforge.errors import DynaforgeError, message_for
 
 __all__ = ["build_parser", "choose_threads", "main", "resumed_run"]
 
@@ -41,19 +41,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # matplotlib's INFO lines ("Animation.save using PillowWriter") say nothing a user acts on.
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    from dynaforge.errors import RunError
-
-    expected: tuple[type[Exception], ...] = (ConfigError, RunError, FileNotFoundError)
-    if args.verb != "rollout":  # `rollout` runs without PyTorch, which dynaforge.store imports
-        from dynaforge.store import DatasetError
-
-        expected += (DatasetError,)
     try:
         with command_threads(args):
             return int(args.handler(args) or 0)
-    except expected as error:
-        # Expected failures (a bad config, a bad dataset) get one clear line, not a traceback.
-        print(f"error: {error}", file=sys.stderr)
+    except (DynaforgeError, FileNotFoundError) as error:
+        # Expected failures (a bad config, a bad dataset) get one clear line, not a traceback; the options
+        # it names are this face's flags.
+        print(f"error: {message_for(error, 'cli')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(

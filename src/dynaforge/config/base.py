@@ -10,9 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-
-class ConfigError(ValueError):
-    """A configuration that cannot be used; the message names the key and what would be valid."""
+from dynaforge.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import json
 from typing import Any, NamedTuple
 
 from dynaforge.config import Config, ConfigError
-from dynaforge.errors import RunError
+from dynaforge.errors import DATA, Blank, RunError, command
 from dynaforge.store import DatasetFolder
 
 SHAPE_KEYS = ("name", "ndim", "resolution", "channels", "bodies")
@@ -59,11 +59,12 @@ def check_config_matches_data(config: Config, dataset: DatasetFolder) -> None:
         if getattr(generated_by, key, None) != getattr(config.system, key, None)
     ]
     if differences:
+        generate = command("generate", Blank("CONFIG"), out=Blank("DIR"))
         raise RunError(
             f"{dataset.root} was generated for another system than the config describes:\n    "
             + "\n    ".join(differences)
             + f"\n  Train with the dataset's own config ({dataset.root / 'config.yaml'}) and your model and "
-            "train overrides, or generate data for this config with `dynaforge generate CONFIG --out DIR`."
+            f"train overrides, or generate data for this config with `{generate}`."
         )
 
 
@@ -79,5 +80,5 @@ def check_same_data(trained_on: DataIdentity, dataset: DatasetFolder, run: str) 
         raise RunError(
             f"{run} was trained on other data than {dataset.root} holds:\n    "
             + "\n    ".join(differences)
-            + "\n  Pass --data with a dataset of the same system, grid and channels."
+            + f"\n  Pass {DATA} with a dataset of the same system, grid and channels."
         )

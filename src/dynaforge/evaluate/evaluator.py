@@ -38,7 +38,7 @@ from dynaforge.config import (
     resolve_device,
 )
 from dynaforge.data import DataIdentity, Normalizer, check_same_data, data_fingerprint
-from dynaforge.errors import RunError
+from dynaforge.errors import DATA, RunError
 from dynaforge.evaluate.plots import (
     FieldAxes,
     Panel,
@@ -65,7 +65,7 @@ from dynaforge.evaluate.suite import PANELS, MetricSettings, score_predictions, 
 from dynaforge.metrics.physics import SPECTRUM_FLOOR
 from dynaforge.models import ModelShape, model_from_checkpoint
 from dynaforge.models.latent_stack import LatentStack, load_stack
-from dynaforge.runs import RunFolder, load_checkpoint, run_folder
+from dynaforge.runs import TRAIN_A_RUN, RunFolder, load_checkpoint, run_folder
 from dynaforge.store import DatasetFolder, SplitArrays
 from dynaforge.store.format import AXIS_NAMES, file_sha256
 from dynaforge.store.labels import units_of
@@ -116,8 +116,28 @@ class ReportInputs(NamedTuple):
 
 
 class EvaluationResult(NamedTuple):
+    """What `evaluate` found (`metrics`, as RUN/eval/metrics.json holds them) and where its report is."""
+
     metrics: dict[str, Any]
     report: Path
+
+    def __repr__(self) -> str:
+        """The key figures, not the whole metrics dict (it holds spectra and per-frame curves)."""
+        metrics = self.metrics
+        figures = [f"{key}={metrics[key]:.4g}" for key in HEADLINE if isinstance(metrics.get(key), float)]
+        rollout = metrics.get("rollout_nrmse")
+        if isinstance(rollout, list) and rollout:
+            figures.append(f"rollout_nrmse=<{len(rollout)} frames, {rollout[0]:.4g} to {rollout[-1]:.4g}>")
+        if "checkpoint" in metrics:
+            figures.append(f"checkpoint={metrics['checkpoint']!r}")
+        if "test_samples" in metrics:
+            figures.append(f"test_samples={metrics['test_samples']}")
+        figures += [f"report={str(self.report)!r}", f"metrics=<{len(metrics)} keys>"]
+        return f"EvaluationResult({', '.join(figures)})"
+
+
+HEADLINE = ("one_step_nrmse", "rollout_nrmse_mean", "rollout_nrmse_gmean")
+"""The single numbers an evaluation is summed up by (its printed form)."""
 
 
 def evaluate(
@@ -315,9 +335,7 @@ def metric_settings(
 
 def evaluate_config_of(folder: RunFolder) -> EvaluateConfig:
     if not folder.root.is_dir():
-        raise RunError(
-            f"{folder.root} is not a run folder; train one with `dynaforge train CONFIG --data DIR --out RUN`"
-        )
+        raise RunError(f"{folder.root} is not a run folder; train one with `{TRAIN_A_RUN}`")
     if folder.config.exists():
         return load_config(folder.config).evaluate
     return EvaluateConfig()
@@ -328,7 +346,7 @@ def dataset_root(checkpoint: dict[str, Any], data: str | Path | None) -> Path:
         return Path(data)
     recorded = Path(checkpoint.get("data", ""))
     if not recorded.exists():
-        raise RunError(f"the dataset the run was trained on ({recorded}) is gone; pass --data DIR or FILE")
+        raise RunError(f"the dataset the run was trained on ({recorded}) is gone; pass {DATA} or FILE")
     return recorded
 
 
@@ -351,7 +369,7 @@ def check_compatible(fields: np.ndarray, shape: ModelShape, root: Path) -> None:
     if channels != shape.channels or spatial_dims != shape.spatial_dims:
         raise RunError(
             f"{root} holds {channels} channel(s) on {spatial_dims} spatial axes, but the model was trained on "
-            f"{shape.channels} channel(s) on {shape.spatial_dims}; pass the matching --data DIR"
+            f"{shape.channels} channel(s) on {shape.spatial_dims}; pass the matching {DATA}"
         )
 
 

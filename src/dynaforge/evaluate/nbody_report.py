@@ -31,8 +31,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from tqdm import tqdm
 
-from dynaforge.atomic import atomic_path, atomic_write_json
+from dynaforge.atomic import atomic_path, atomic_write_json, check_output_folder
 from dynaforge.config import Config, ConfigError, config_to_dict
+from dynaforge.errors import Option, RunError
 from dynaforge.models.loading import controller_for
 from dynaforge.seeds import sample_rng, sample_seed
 from dynaforge.systems.nbody.control import Integrator, RunState, StepInfo
@@ -96,6 +97,10 @@ class Recorder:
         return Trace(*(np.stack([row[name] for row in self.rows]) for name in Trace._fields))
 
 
+OUTPUTS = ("invariants.json", "*.png", "animation.gif", "animation.mp4")
+"""What `simulate` writes (see the module docstring)."""
+
+
 def simulate(
     config: Config,
     out: str | Path,
@@ -115,8 +120,10 @@ def simulate(
         raise ConfigError(f"--systems must be >= 1, got {systems}")
     if frames < 2:
         raise ConfigError(
-            f"--frames must be 2 or more (an animation shows at least the first and the last state), got {frames}"
+            f"{Option('frames')} must be 2 or more (an animation shows at least the first and the last "
+            f"state), got {frames}"
         )
+    check_output_folder(out, OUTPUTS, "an N-body simulation's folder", RunError)
     nbody = NBody(config.system)
     seeds = [sample_seed(config.dataset.seed, "test", i) for i in range(systems)]
     rows, initial = nbody.draw_samples([sample_rng(s) for s in seeds])

@@ -22,7 +22,8 @@ import h5py
 import numpy as np
 
 import dynaforge
-from dynaforge.atomic import atomic_path, atomic_write_json, remove_stale_temporaries
+from dynaforge.atomic import atomic_path, atomic_write_json, check_output_folder, remove_stale_temporaries
+from dynaforge.errors import OUT
 from dynaforge.seeds import SPLITS
 from dynaforge.store.format import (
     AXIS_NAMES,
@@ -106,19 +107,20 @@ def check_train_split(dataset: ForeignDataset, out: Path) -> None:
 def prepare_folder(root: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
     """The manifest when `root` already holds this conversion; else make `root` ready (never overwriting
     anything that is not an earlier attempt at the same conversion)."""
+    check_output_folder(root, (MANIFEST, *SPLITS), "a dataset folder", DatasetError)
     root.mkdir(parents=True, exist_ok=True)
     manifest_path, marker = root / MANIFEST, root / MARKER
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
         if manifest.get("identity") == identity and manifest.get("complete"):
             return manifest
-        raise DatasetError(f"{root} already holds another dataset; choose an empty or new --out folder")
+        raise DatasetError(f"{root} already holds another dataset; choose an empty or new {OUT} folder")
     if marker.exists():
         if json.loads(marker.read_text()) != identity:
-            raise DatasetError(f"{root} holds an unfinished conversion of another file; choose another --out")
+            raise DatasetError(f"{root} holds an unfinished conversion of another file; choose another {OUT}")
     elif any(p for p in root.iterdir() if not p.name.startswith(".")):
         raise DatasetError(
-            f"{root} is not empty and holds no dynaforge dataset; choose an empty or new --out"
+            f"{root} is not empty and holds no dynaforge dataset; choose an empty or new {OUT}"
         )
     atomic_write_json(marker, identity)
     for split in SPLITS:

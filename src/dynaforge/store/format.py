@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dynaforge.errors import DatasetError as DatasetError  # the store's error, importable here
 from dynaforge.seeds import SPLITS
 
 FORMAT_VERSION = 2
@@ -81,10 +82,6 @@ def file_sha256(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
         while chunk := handle.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-class DatasetError(RuntimeError):
-    """A dataset folder that cannot be used or extended as asked; the message says why and what to do."""
 
 
 class SplitArrays(NamedTuple):

@@ -19,6 +19,7 @@ import h5py
 import numpy as np
 
 from dynaforge.config import Config, ConfigError, load_config
+from dynaforge.errors import Blank, command
 from dynaforge.seeds import SPLITS
 from dynaforge.store.format import (
     AXIS_NAMES,
@@ -53,7 +54,7 @@ class DatasetFolder:
             done = sum(1 for s in self.manifest["shards"] if s.get("complete"))
             raise DatasetError(
                 f"{self.root} is incomplete ({done} of {len(self.manifest['shards'])} shards done); "
-                f"finish it with `dynaforge generate {self.root / CONFIG} --out {self.root}`"
+                f"finish it with `{command('generate', self.root / CONFIG, out=self.root)}`"
             )
         problems = manifest_problems(self.root, self.manifest) + [
             problem
@@ -198,7 +199,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
         )
     if not root.is_dir():
         raise DatasetError(
-            f"{root} is not a folder; generate one with `dynaforge generate CONFIG --out {root}`"
+            f"{root} is not a folder; generate one with `{command('generate', Blank('CONFIG'), out=root)}`"
         )
     if not path.exists():
         raise DatasetError(
@@ -302,7 +303,7 @@ def repair_hint(root: Path, manifest: dict[str, Any]) -> str:
         )
     return (
         f"run `dynaforge inspect {root}`; regenerate with "
-        f"`dynaforge generate {root / CONFIG} --out {root}` (it rebuilds damaged shards from their seeds "
+        f"`{command('generate', root / CONFIG, out=root)}` (it rebuilds damaged shards from their seeds "
         "and the manifest from the shard records)"
     )
 

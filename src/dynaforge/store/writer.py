@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 import dynaforge
-from dynaforge.atomic import atomic_path, atomic_write_json
+from dynaforge.atomic import atomic_path, atomic_write_json, check_output_folder
 from dynaforge.config import (
     Config,
     NBodyConfig,
@@ -36,9 +36,10 @@ from dynaforge.config import (
     resolve_device,
     save_config,
 )
+from dynaforge.errors import OUT
 from dynaforge.floating import flush_denormals
 from dynaforge.machine import machine_record
-from dynaforge.seeds import Rows, sample_seed
+from dynaforge.seeds import SPLITS, Rows, sample_seed
 from dynaforge.store.format import (
     CONFIG,
     FORMAT_VERSION,
@@ -79,6 +80,7 @@ def identity_of(config: Config) -> dict[str, Any]:
 
 def prepare_folder(root: Path, config: Config) -> None:
     """Create the folder or check that it holds a dataset of the same config (nothing is overwritten)."""
+    check_output_folder(root, (CONFIG, MANIFEST, *SPLITS), "a dataset folder", DatasetError)
     root.mkdir(parents=True, exist_ok=True)
     saved_config = root / CONFIG
     manifest_path = root / MANIFEST
@@ -95,18 +97,18 @@ def prepare_folder(root: Path, config: Config) -> None:
             raise DatasetError(
                 f"{root} already holds a dataset generated with a different config; refusing to mix them.\n"
                 "  Differences (existing != requested):\n    " + "\n    ".join(differences[:20]) + "\n"
-                "  Use another --out folder, or pass the same config to resume."
+                f"  Use another {OUT} folder, or pass the same config to resume."
             )
-    elif any(root.glob("*/shard-*.h5")) and saved_config.exists():
+    elif saved_config.exists():  # an interrupted first generation: its config, perhaps shards
         differences = config_differences(identity_of(load_config(saved_config)), identity_of(config))
         if differences:
             raise DatasetError(
-                f"{root} holds shards generated with a different config ({'; '.join(differences[:5])}). "
-                "Use another --out folder."
+                f"{root} holds the start of a dataset of a different config ({'; '.join(differences[:5])}). "
+                f"Use another {OUT} folder."
             )
     elif any(p for p in root.iterdir() if not p.name.startswith(".")) and not saved_config.exists():
         raise DatasetError(
-            f"{root} is not empty and holds no dynaforge dataset; choose an empty or new --out folder"
+            f"{root} is not empty and holds no dynaforge dataset; choose an empty or new {OUT} folder"
         )
     if not saved_config.exists():
         save_config(config, saved_config)

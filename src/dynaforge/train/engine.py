@@ -39,7 +39,7 @@ from dynaforge.config import (
     config_to_dict,
     resolve_device,
 )
-from dynaforge.errors import RunError
+from dynaforge.errors import OUT, RunError
 from dynaforge.machine import indexed_device
 from dynaforge.runs import CHECKPOINT_VERSION, run_folder, save_checkpoint
 from dynaforge.train.capture import StepGraph, compiled_or_eager, release_memory_if_short
@@ -610,7 +610,7 @@ class Engine:
         if state.get("kind") != self.task.kind:
             raise RunError(
                 f"{self.resume_from} was written by another kind of training ({state.get('kind')!r}); "
-                "train into another --out folder"
+                f"train into another {OUT} folder"
             )
         load_trained_state(self.trained(), state)
         ranks = state["rng"] if isinstance(state["rng"], list) else [state["rng"]]

@@ -30,10 +30,10 @@ import torch
 from torch import Tensor
 
 import dynaforge
-from dynaforge.atomic import atomic_write_bytes, atomic_write_text
+from dynaforge.atomic import atomic_write_bytes, atomic_write_text, check_output_folder
 from dynaforge.config import WandbConfig, config_to_dict, save_config
-from dynaforge.errors import RunError
-from dynaforge.runs import check_same_run, load_checkpoint, run_folder
+from dynaforge.errors import OUT, RESUME, RunError
+from dynaforge.runs import RUN_ENTRIES, check_same_run, load_checkpoint, run_folder
 
 log = logging.getLogger(__name__)
 
@@ -359,10 +359,11 @@ def start_from_artifact(reference: str, run_root: str | Path, config: Any) -> No
     """Make run folder `run_root` continue from W&B checkpoint artifact `reference`: its checkpoint becomes
     RUN/checkpoints/last.pt (for `resume`) after checking it was trained with the same `config`."""
     run = run_folder(run_root)
+    check_output_folder(run.root, RUN_ENTRIES, "a run folder", RunError)
     if run.last.exists():
         raise RunError(
-            f"{run.root} already holds a checkpoint; continue it with --resume, or download the artifact into a "
-            "new --out folder"
+            f"{run.root} already holds a checkpoint; continue it with {RESUME}, or download the artifact "
+            f"into a new {OUT} folder"
         )
     download_checkpoint_artifact(reference, run.last)
     saved = load_checkpoint(run.last).get("config", {})

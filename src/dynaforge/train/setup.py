@@ -19,31 +19,43 @@ from typing import Any
 import numpy as np
 import torch
 
-from dynaforge.atomic import atomic_path
+from dynaforge.atomic import atomic_path, check_output_folder
 from dynaforge.config import Config, ConfigError, TrainConfig, config_to_dict, load_config, save_config
-from dynaforge.errors import RunError
-from dynaforge.runs import CheckpointError, RunFolder, check_same_run, holds_run, load_checkpoint
+from dynaforge.errors import OUT, RESUME, Option, RunError
+from dynaforge.runs import (
+    RUN_ENTRIES,
+    CheckpointError,
+    RunFolder,
+    check_same_run,
+    holds_run,
+    load_checkpoint,
+)
 from dynaforge.train.task import Task
 
 log = logging.getLogger(__name__)
 
 
+OVERWRITE = Option("overwrite", True, cli="delete it first")
+"""Replace a run folder's run (the command line has no flag for it)."""
+
+
 def checkpoint_to_resume(run: RunFolder, config: Config, resume: bool, overwrite: bool) -> Path | None:
     """The last checkpoint of `run` to continue from (a run of the same config), None for a fresh run;
-    refuses to clobber another run."""
+    refuses to clobber another run, and a folder that holds something else."""
+    check_output_folder(run.root, RUN_ENTRIES, "a run folder", RunError)
     if resume and run.config.exists():
         check_same_run(
             config_to_dict(load_config(run.config)),
             config_to_dict(config),
             str(run.root),
-            f"Pass the run's own config ({run.config}), or train into another --out folder.",
+            f"Pass the run's own config ({run.config}), or train into another {OUT} folder.",
         )
     if resume and run.last.exists():
         return run.last
     if holds_run(run.root) and not (overwrite or resume):
         raise RunError(
-            f"{run.root} already holds a run; continue it with --resume, choose another --out folder or "
-            "delete this one"
+            f"{run.root} already holds a run: continue it ({RESUME}), replace it ({OVERWRITE}) or write "
+            f"another run (another {OUT} folder)"
         )
     return None
 
@@ -60,8 +72,8 @@ def resume_state(run: RunFolder, path: Path, device: torch.device) -> tuple[Path
             state = load_checkpoint(run.best, map_location=device)
         except CheckpointError as second:
             raise CheckpointError(
-                f"neither checkpoint of {run.root} can be read ({error}; {second}); train again into a new "
-                "--out folder"
+                f"neither checkpoint of {run.root} can be read ({error.message}; {second.message}); train "
+                f"again into a new {OUT} folder"
             ) from None
         # The damaged file is kept aside; last.pt becomes the newest readable state.
         path.replace(path.with_name(path.name + ".damaged"))
@@ -116,7 +128,7 @@ class StopRequest:
         if self.asked:
             raise TrainingInterrupted(
                 f"interrupted at step {step}; {checkpoint} holds the run: continue it with the same command "
-                "and --resume"
+                f"and {RESUME}"
             )
 
 

@@ -44,7 +44,7 @@ from dynaforge.data import (
 )
 from dynaforge.data.lazy import BufferShuffleSampler, LazyWindowDataset
 from dynaforge.data.stream import TrajectoryStream, generate_samples, statistics_of, stream_plan
-from dynaforge.errors import RunError
+from dynaforge.errors import DATA, Option, RunError
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout, build_model
 from dynaforge.store import DatasetFolder
 from dynaforge.systems import System, build_system
@@ -74,7 +74,7 @@ class WindowTask:
         self.streaming = config.data.source == "stream"
         if data is None and not self.streaming:
             raise ConfigError(
-                "training reads a dataset folder: pass --data DIR, or train from the simulator with "
+                f"training reads a dataset folder: pass {DATA}, or train from the simulator with "
                 "data.source=stream"
             )
         self.data_root = Path(data).resolve() if data is not None else None
@@ -162,7 +162,7 @@ class WindowTask:
         config = self.config
         if config.dataset.n_val == 0:
             raise ConfigError(
-                "streaming without --data generates the val split in memory: set dataset.n_val > 0"
+                f"streaming without {Option('data')} generates the val split in memory: set dataset.n_val > 0"
             )
         system = self.stream_system()
         device = torch.device(resolve_device(config.dataset.device))

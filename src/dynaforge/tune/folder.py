@@ -26,6 +26,10 @@ class StudyFolder(NamedTuple):
         return self.root / "trials" / f"{number:04d}"
 
 
+STUDY_ENTRIES = ("study.db*", "config.yaml", "data", "trials", "best", "plots", "summary.json", "summary.md")
+"""What a study writes at the top of its folder (study.db*: SQLite's database and its journals)."""
+
+
 def study_folder(path: str | Path) -> StudyFolder:
     root = Path(path)
     return StudyFolder(

@@ -36,12 +36,13 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
+from dynaforge.atomic import check_output_folder
 from dynaforge.config import Config, ConfigError, config_to_dict, load_config, save_config
-from dynaforge.errors import RunError
+from dynaforge.errors import OUT, RunError
 from dynaforge.generate import generate
 from dynaforge.pipeline import dataset_is_complete
 from dynaforge.runs import check_same_run
-from dynaforge.tune.folder import StudyFolder, optuna_warnings_quiet, study_folder
+from dynaforge.tune.folder import STUDY_ENTRIES, StudyFolder, optuna_warnings_quiet, study_folder
 from dynaforge.tune.processes import PROCESS_ATTR, fail_trials_of_gone_processes, this_process
 from dynaforge.tune.report import write_outputs
 from dynaforge.tune.space import DATA_SECTIONS, check_space, config_with_values, suggest
@@ -89,6 +90,7 @@ def run_study(
     check_storage_url(url)
     check_space(config, () if is_controller(config) else DATA_SECTIONS)
     check_objectives(config.tune.objectives, known_metrics(config, is_controller(config)))
+    check_output_folder(folder.root, STUDY_ENTRIES, "a study folder", RunError)
     with StudyLock(url, folder.root, study_name, "setup"):
         claim_folder(folder, config)
         data_root = None if is_controller(config) else prepare_data(config, folder, data, progress)
@@ -149,7 +151,7 @@ def claim_folder(folder: StudyFolder, config: Config) -> None:
             config_to_dict(load_config(folder.config)),
             config_to_dict(config),
             f"study folder {folder.root}",
-            f"Pass the study's own config ({folder.config}), or use another --out folder.",
+            f"Pass the study's own config ({folder.config}), or use another {OUT} folder.",
             ignored=(),  # the search (tune section) is part of what a study is
         )
     else:
