@@ -186,6 +186,13 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     path = Path(path)
     if not path.exists():
         raise MissingCheckpoint(f"checkpoint {path} does not exist; train first with `{TRAIN_A_RUN}`")
+    if path.is_file() and path.stat().st_size > 0 and not starts_as_zip(path):
+        # torch.save writes a zip archive: anything else (an ONNX model, a text file) was never a checkpoint
+        # here, which "unsafe" or "truncated" would misname.
+        raise CheckpointError(
+            f"{path} is not a PyTorch checkpoint (torch.save writes a zip archive; this file is not one: "
+            f"another file was written over it?); {REWRITE}"
+        )
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
@@ -211,6 +218,13 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if isinstance(state.get("ema"), Mapping) and "module" in state["ema"]:
         state["ema"]["module"] = strip_wrapper_prefixes(state["ema"]["module"])
     return state
+
+
+def starts_as_zip(path: Path) -> bool:
+    """Whether the file begins as a zip archive does (its first local header), as a checkpoint written by
+    torch.save does even when it was cut short."""
+    with open(path, "rb") as handle:
+        return handle.read(4) == b"PK\x03\x04"
 
 
 REWRITE = (

@@ -37,6 +37,15 @@ def test_a_truncated_best_checkpoint_is_named_with_the_fix(run_copy: Path, verb:
         run_cli(verb, str(run_copy), "--checkpoint", "last")
 
 
+@pytest.mark.parametrize("content", [b"\x08\x08\x12\x07pytorch onnx bytes", b"# README\n"])
+def test_a_checkpoint_overwritten_by_another_file_is_named_as_such(run_copy: Path, content: bytes) -> None:
+    """Issue 39: ONNX bytes written over best.pt made evaluate say "refused for safety"."""
+    run_folder(run_copy).best.write_bytes(content)
+    line = fails_cleanly(run_cli("evaluate", str(run_copy), check=False), "best.pt", "--checkpoint last")
+    assert "not a PyTorch checkpoint" in line
+    assert "safety" not in line
+
+
 def test_a_checkpoint_carrying_a_pickle_payload_is_refused_for_safety(run_copy: Path, tmp_path: Path) -> None:
     marker = tmp_path / "payload-ran"
     payload = (
