@@ -28,7 +28,8 @@ test: $(STAMP)
 # JupyterLab from .venv on the quickstart notebook. The environment is also registered as the Jupyter kernel
 # `dynaforge` for this user (`jupyter kernelspec list` shows where), so that another front end (VS Code, a
 # JupyterLab installed elsewhere) can run notebooks with it; `jupyter kernelspec remove dynaforge` undoes that.
-# NOTEBOOK_ARGS: more options for `jupyter lab`, e.g. NOTEBOOK_ARGS="--no-browser --port 8889".
+# NOTEBOOK_ARGS: more options for `jupyter lab`, e.g. NOTEBOOK_ARGS="--no-browser --port 8889"; as root (a
+# container) Jupyter asks for --allow-root.
 NOTEBOOK_STAMP := $(VENV)/.notebook-installed
 NOTEBOOK_ARGS ?=
 
