@@ -21,8 +21,26 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 run: $(STAMP)
 	$(VENV)/bin/dynaforge run configs/quickstart.yaml --out runs/quickstart
 
+# The tests and the notebooks, each notebook run top to bottom in a kernel of .venv (nbmake).
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --nbmake tests notebooks
+
+# JupyterLab from .venv on the quickstart notebook. The environment is also registered as the Jupyter kernel
+# `dynaforge` for this user (`jupyter kernelspec list` shows where), so that another front end (VS Code, a
+# JupyterLab installed elsewhere) can run notebooks with it; `jupyter kernelspec remove dynaforge` undoes that.
+# NOTEBOOK_ARGS: more options for `jupyter lab`, e.g. NOTEBOOK_ARGS="--no-browser --port 8889"; as root (a
+# container) Jupyter asks for --allow-root.
+NOTEBOOK_STAMP := $(VENV)/.notebook-installed
+NOTEBOOK_ARGS ?=
+
+.PHONY: notebook
+notebook: $(NOTEBOOK_STAMP)
+	$(PY) -m ipykernel install --user --name dynaforge --display-name "Python (dynaforge .venv)"
+	$(VENV)/bin/jupyter lab $(NOTEBOOK_ARGS) notebooks/quickstart.ipynb
+
+$(NOTEBOOK_STAMP): $(STAMP)
+	$(PIP_ENV) $(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[dev,tune,export,notebook]'
+	touch $(NOTEBOOK_STAMP)
 
 # The reproducibility tests again with 1 and with 2 torch threads (CI runs this after `make test`, only at
 # the counts that `make test` did not already use: REPRO_THREADS="1").

@@ -34,7 +34,7 @@ def tiny_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_notebook_flow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread: None) -> None:
     monkeypatch.chdir(ROOT)
-    # The user's code, as in the README's "Python API" section:
+    # The user's code, as in the README's "Python in ten lines":
     sim = dynaforge.simulate("configs/tiny.yaml", n=4, split="test")
     data = dynaforge.api.generate("configs/tiny.yaml", tmp_path / "data")
     dynaforge.api.train("configs/tiny.yaml", data, tmp_path / "run", overrides=["train.epochs=2"])
