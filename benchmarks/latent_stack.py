@@ -112,6 +112,7 @@ from dynaforge.train.stages import (
     model_scale,
     run_stages,
 )
+from dynaforge.train.task import StepLoss
 from machine import load_note
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -371,10 +372,11 @@ class MeanResidualTask(CorrectorTask):
     """ABLATION, not a diffusion model: the corrector's network (same inputs, same k-step examples) regresses
     the residual's conditional mean with MSE, at flow time 0 and a zero state; no noise anywhere."""
 
-    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> StepLoss:
         example = self.example(batch)
         target = (example.truth - example.prediction) / model_scale(model)
-        return mse_loss(mean_residual(model, example.condition, batch[2]), target)
+        loss = mse_loss(mean_residual(model, example.condition, batch[2]), target)
+        return StepLoss(loss, loss)
 
     def validate(self, model: torch.nn.Module) -> float:
         """RMS error of prediction + regressed residual against the truth (normalised units)."""
