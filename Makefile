@@ -81,10 +81,11 @@ bench-check:
 	$(PYTHON) benchmarks/smoke.py --check
 
 # Every benchmark script with --quick (tiny sizes, baselines included, outputs to a temporary folder, never
-# benchmarks/results/), the seconds of each printed: about three minutes on 2 cores. CI runs it so that no
-# benchmark rots.
+# benchmarks/results/), BENCH_SMOKE_JOBS at a time (most run on one thread), the seconds of each printed.
+# CI runs it so that no benchmark rots.
+BENCH_SMOKE_JOBS ?= 2
 bench-smoke: bench-check $(BENCH_STAMP)
-	$(BENCH_VENV)/bin/python benchmarks/smoke.py
+	$(BENCH_VENV)/bin/python benchmarks/smoke.py --jobs $(BENCH_SMOKE_JOBS)
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .ruff_cache

@@ -3,9 +3,9 @@ baselines' included where they are cheap, at tiny sizes, and writes its outputs 
 (`quick_path`) unless told otherwise: a smoke run is not a figure and never overwrites benchmarks/results/.
 
 Run as a script, this module checks that every benchmark script has the flag (each script's docstring names
-it and its parser defines it), then runs each with `--quick` and prints the seconds each took (`make
-bench-smoke`; `--check` only checks, `--list` prints the scripts). A helper module that is not a benchmark
-belongs in HELPERS. Nothing here imports torch: the check runs before any environment is built.
+it and its parser defines it), then runs each with `--quick` (`--jobs` at a time) and prints the seconds each
+took (`make bench-smoke`; `--check` only checks, `--list` prints the scripts). A helper module that is not a
+benchmark belongs in HELPERS. Nothing here imports torch: the check runs before any environment is built.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 FLAG = "--quick"
@@ -68,22 +69,35 @@ def check(scripts: list[Path]) -> bool:
     return clean
 
 
-def run_all(scripts: list[Path]) -> bool:
-    """Runs each script with FLAG (all of them, even after a failure); prints the seconds of each."""
-    seconds: dict[str, float] = {}
-    failed = []
-    for script in scripts:
+def run_one(script: Path, jobs: int) -> tuple[int, float]:
+    """Runs `script` with FLAG: its exit status and seconds. With several jobs its output is printed whole
+    when it ends (not interleaved with the others')."""
+    started = time.perf_counter()
+    command = [sys.executable, str(script), FLAG]
+    if jobs == 1:
         print(f"== {script.name} {FLAG}", flush=True)
-        started = time.perf_counter()
-        result = subprocess.run([sys.executable, str(script), FLAG], cwd=HERE.parent, check=False)
-        seconds[script.name] = time.perf_counter() - started
-        if result.returncode != 0:
-            failed.append(script.name)
-            print(f"== {script.name} {FLAG} FAILED (exit {result.returncode})", flush=True)
+        code = subprocess.run(command, cwd=HERE.parent, check=False).returncode
+    else:
+        result = subprocess.run(command, cwd=HERE.parent, check=False, capture_output=True, text=True)
+        print(f"== {script.name} {FLAG}\n{result.stdout}{result.stderr}", end="", flush=True)
+        code = result.returncode
+    if code != 0:
+        print(f"== {script.name} {FLAG} FAILED (exit {code})", flush=True)
+    return code, time.perf_counter() - started
+
+
+def run_all(scripts: list[Path], jobs: int = 1) -> bool:
+    """Runs each script with FLAG, `jobs` at a time (all of them, even after a failure); prints the seconds
+    of each (measured side by side when jobs > 1: smoke runs are not figures) and the wall time."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(jobs) as pool:
+        outcomes = dict(zip(scripts, pool.map(lambda script: run_one(script, jobs), scripts), strict=True))
+    failed = [script.name for script, (code, _) in outcomes.items() if code != 0]
     print(f"\n{'script':<26}{'seconds':>8}")
-    for name, took in seconds.items():
-        print(f"{name:<26}{took:>8.1f}{'  FAILED' if name in failed else ''}")
-    print(f"{'total':<26}{sum(seconds.values()):>8.1f}")
+    for script, (_, took) in outcomes.items():
+        print(f"{script.name:<26}{took:>8.1f}{'  FAILED' if script.name in failed else ''}")
+    print(f"{'sum':<26}{sum(took for _, took in outcomes.values()):>8.1f}")
+    print(f"{f'wall ({jobs} at a time)':<26}{time.perf_counter() - started:>8.1f}")
     if failed:
         print(f"smoke runs failed: {', '.join(failed)}")
     return not failed
@@ -93,6 +107,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only check that every script has the flag")
     parser.add_argument("--list", action="store_true", help="print the benchmark scripts and stop")
+    parser.add_argument("--jobs", type=int, default=1, help="scripts run side by side (default 1)")
     parser.add_argument("scripts", nargs="*", help="script names to run (default: every benchmark)")
     args = parser.parse_args()
     scripts = benchmark_scripts()
@@ -109,7 +124,7 @@ def main() -> int:
     if args.check:
         print(f"every benchmark script has {FLAG}: {', '.join(p.name for p in scripts)}")
         return 0
-    return 0 if run_all(scripts) else 1
+    return 0 if run_all(scripts, args.jobs) else 1
 
 
 if __name__ == "__main__":
