@@ -9,7 +9,7 @@ CONSTRAINTS := constraints/cpu.txt
 # The constraints also reach pip's isolated build environment through PIP_CONSTRAINT.
 PIP_ENV := PIP_CONSTRAINT=$(abspath $(CONSTRAINTS)) PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: install run test test-reproducibility lint docs bench bench-env clean
+.PHONY: install run test test-reproducibility lint docs bench bench-env bench-check bench-smoke clean
 
 install: $(STAMP)
 
@@ -86,12 +86,24 @@ $(BENCH_STAMP): pyproject.toml $(CONSTRAINTS) constraints/bench.txt benchmarks/r
 	$(PIP_ENV) $(BENCH_VENV)/bin/python -m pip install -q -c $(CONSTRAINTS) -c constraints/bench.txt -r benchmarks/requirements.txt
 	touch $(BENCH_STAMP)
 
+# Every benchmark script (benchmarks/smoke.py lists them: benchmarks/*.py but its helper modules) at its
+# full size; the figures go to benchmarks/results/.
 bench: $(BENCH_STAMP)
-	@for script in benchmarks/*.py; do \
-		[ "$$script" = benchmarks/machine.py ] && continue; \
+	@for script in $$($(PYTHON) benchmarks/smoke.py --list); do \
 		echo "== $$script"; \
 		$(BENCH_VENV)/bin/python $$script || exit 1; \
 	done
+
+# That every benchmark script has the smoke flag (--quick, documented in its docstring): no environment needed.
+bench-check:
+	$(PYTHON) benchmarks/smoke.py --check
+
+# Every benchmark script with --quick (tiny sizes, baselines included, outputs to a temporary folder, never
+# benchmarks/results/), BENCH_SMOKE_JOBS at a time (most run on one thread), the seconds of each printed.
+# CI runs it so that no benchmark rots.
+BENCH_SMOKE_JOBS ?= 2
+bench-smoke: bench-check $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python benchmarks/smoke.py --jobs $(BENCH_SMOKE_JOBS)
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .ruff_cache

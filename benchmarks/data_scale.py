@@ -19,6 +19,10 @@ Writes benchmarks/results/data_scale.json (ratio > 1: dynaforge's lazy path bett
 budgets already there are kept. Run:
 `flock /tmp/dynaforge-heavy.lock env OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/data_scale.py
 --budget-mib 1024`
+
+`--quick` is the smoke run (`make bench-smoke`): the 0.1x and 1x cases at a 0.5 MiB budget (2 and 20 train
+trajectories; the in-memory 0.1x case is the floor), 2 warm-up and 5 timed micro-batches, one run each,
+datasets in a temporary folder; not a figure, written to a temporary folder (smoke.quick_path).
 """
 
 from __future__ import annotations
@@ -36,10 +40,13 @@ from dynaforge.atomic import atomic_write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import load_note
+from smoke import quick_path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "data_scale.json"
 TRAJECTORY_BYTES = 51 * 128 * 4
+SCALES, QUICK_SCALES = (0.1, 1.0, 4.0), (0.1, 1.0)
+"""Dataset sizes as multiples of the budget (the smoke run leaves out the largest)."""
 WARMUP, STEPS = 100, 600
 
 CHILD = r"""
@@ -93,10 +100,12 @@ def make_dataset(root: Path, n_train: int) -> Path:
     return folder
 
 
-def run_case(data: Path, reading: str, buffer: int, out: Path, steps: int) -> dict[str, float]:
+def run_case(
+    data: Path, reading: str, buffer: int, out: Path, steps: int, warmup: int = WARMUP
+) -> dict[str, float]:
     config = data / "config.yaml"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
-    args = [str(config), str(data), str(out), reading, str(buffer), str(WARMUP), str(steps)]
+    args = [str(config), str(data), str(out), reading, str(buffer), str(warmup), str(steps)]
     result = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-2000:])
@@ -105,6 +114,9 @@ def run_case(data: Path, reading: str, buffer: int, out: Path, steps: int) -> di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: tiny budget and steps, to a temporary folder"
+    )
     parser.add_argument("--budget-mib", type=float, default=256.0)
     parser.add_argument("--buffer", type=int, default=64, help="data.buffer of the lazy runs")
     parser.add_argument("--steps", type=int, default=STEPS, help="timed micro-batches per case")
@@ -113,22 +125,33 @@ def main() -> None:
     )
     parser.add_argument("--data", default=os.environ.get("BENCH_DATA", "/tmp/dynaforge-data-scale"))
     args = parser.parse_args()
-    root = Path(args.data)
+    results = quick_path(RESULTS) if args.quick else RESULTS
+    warmup = 2 if args.quick else WARMUP
+    if args.quick:
+        args.budget_mib, args.steps, args.repeats = 0.5, 5, 1
+    with tempfile.TemporaryDirectory() as quick_data:
+        root = Path(quick_data if args.quick else args.data)
+        runs = measure(args, root, warmup)
+    write_records(args, runs, results, warmup)
+
+
+def measure(args: argparse.Namespace, root: Path, warmup: int) -> dict[str, dict]:
+    """Every case's windows/s and peak RSS (the floor first)."""
     root.mkdir(parents=True, exist_ok=True)
     budget = args.budget_mib
-    sizes = {scale: int(scale * budget * 2**20 / TRAJECTORY_BYTES) for scale in (0.1, 1.0, 4.0)}
+    sizes = dataset_sizes(budget, args.quick)
     runs: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "run"
-        floor_data = make_dataset(root, 64)
-        runs["floor"] = run_case(floor_data, "memory", args.buffer, out, args.steps)
+        if not args.quick:  # the smoke run's floor is its in-memory 0.1x case
+            runs["floor"] = run_case(make_dataset(root, 64), "memory", args.buffer, out, args.steps, warmup)
         for scale, n in sizes.items():
             data = make_dataset(root, n)
             readings = ["lazy", "memory"] if scale <= 1.0 else ["lazy"]
             timed: dict[str, list[dict[str, float]]] = {reading: [] for reading in readings}
             for _ in range(args.repeats):  # interleaved, so that a slow spell of the machine hits both
                 for reading in readings:
-                    timed[reading].append(run_case(data, reading, args.buffer, out, args.steps))
+                    timed[reading].append(run_case(data, reading, args.buffer, out, args.steps, warmup))
             for reading, results in timed.items():
                 runs[f"{reading} {scale}x"] = {
                     "windows_per_s": statistics.median(r["windows_per_s"] for r in results),
@@ -136,11 +159,26 @@ def main() -> None:
                     "all_windows_per_s": [r["windows_per_s"] for r in results],
                 }
             print(scale, n, {k: v for k, v in runs.items() if k.endswith(f"{scale}x")}, flush=True)
+    runs.setdefault("floor", runs["memory 0.1x"])
+    return runs
+
+
+def dataset_sizes(budget: float, quick: bool) -> dict[float, int]:
+    """Train trajectories of each dataset: scale -> count."""
+    return {
+        scale: int(scale * budget * 2**20 / TRAJECTORY_BYTES) for scale in (QUICK_SCALES if quick else SCALES)
+    }
+
+
+def write_records(args: argparse.Namespace, runs: dict[str, dict], results: Path, warmup: int) -> None:
+    """The records of `runs`, added to those of other budgets in `results`."""
+    budget = args.budget_mib
+    sizes = dataset_sizes(budget, args.quick)
     floor = runs["floor"]["peak_rss_mib"]
     notes = (
         f"budget {budget:g} MiB for data (peak RSS - floor; floor {floor:.0f} MiB: torch, model, optimiser, "
         f"trainer on 64 trajectories); datasets {', '.join(f'{s}x = {n} trajectories' for s, n in sizes.items())} "
-        f"of 26 112 B; quickstart FNO, batch 32, {args.steps} timed micro-batches after {WARMUP}, median of "
+        f"of 26 112 B; quickstart FNO, batch 32, {args.steps} timed micro-batches after {warmup}, median of "
         f"{args.repeats} interleaved runs per case (peak RSS: the largest), 1 torch thread, "
         f"page cache warm, lazy data.buffer={args.buffer}. {load_note()} (other helpers shared the 2 cores: "
         "timings noisy)"
@@ -202,11 +240,12 @@ def main() -> None:
                 + notes,
             }
         )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    results.parent.mkdir(parents=True, exist_ok=True)
     # Records of other budgets are kept (those of the first version, 256 MiB, name no budget).
-    kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    kept = json.loads(results.read_text()) if results.exists() else []
     kept = [r for r in kept if tag not in r["case"]]
-    atomic_write_json(RESULTS, kept + records)
+    atomic_write_json(results, kept + records)
+    print(f"wrote {results}")
     print(json.dumps(runs, indent=1))
 
 

@@ -42,6 +42,9 @@ the splitting error. dynaforge runs as its generate stage does, with subnormals 
 Run: `.venv-bench/bin/python benchmarks/generate_pde.py [--quick] [--threads 1,2] [--cases ks2d_64]` (or
 `make bench`); about 5 minutes for both thread counts.
 Writes benchmarks/results/generate_pde.json (one record per case and baseline; ratio > 1: dynaforge faster).
+`--quick` is the smoke run (`make bench-smoke`): each PDE's first case (unless --cases) and every baseline
+at a few samples and steps (`quick_case`), one thread, one timed call; not a figure, written to a temporary folder (smoke.quick_path)
+unless --out is given.
 """
 
 from __future__ import annotations
@@ -71,9 +74,9 @@ from dynaforge.systems import build_system
 from dynaforge.systems.pde.spectral import SpectralSystem, dealias_mask
 from dynaforge.threads import on_one_thread
 from machine import device_name, load_note, machine_name
+from smoke import quick_path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "generate_pde.json"
-QUICK_RESULTS = RESULTS.with_name("generate_pde.quick.json")  # a smoke run never overwrites real figures
 ORDER = 2
 SEED = 2024
 GRAY_SCOTT_SPLIT = (
@@ -139,7 +142,7 @@ CASES = (
 
 def quick_case(case: Case) -> Case:
     """A smoke-run version: fewer samples and steps, same grid and step."""
-    return dataclasses.replace(case, samples=min(case.samples, 8 if case.ndim > 1 else 32), steps=40)
+    return dataclasses.replace(case, samples=min(case.samples, 2 if case.ndim > 1 else 4), steps=10)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -601,9 +604,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: fewer samples and steps, 1 repeat")
     parser.add_argument(
         "--threads",
-        default="1,2",
+        default=None,
         help="comma-separated intra-op thread counts for torch and XLA alike, one process each (default "
-        "1,2); 0: each library's default",
+        "1,2; --quick: 1); 0: each library's default",
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per solver (median reported)")
     parser.add_argument(
@@ -633,19 +636,22 @@ def main() -> None:
         "--out",
         type=Path,
         default=None,
-        help=f"JSON records (default {RESULTS.name}, quick: {QUICK_RESULTS.name})",
+        help=f"JSON records (default {RESULTS.name}; --quick: a temporary folder)",
     )
     args = parser.parse_args()
     device = torch.device(args.device)
-    counts = [int(t) for t in args.threads.split(",")] if device.type == "cpu" else [0]
+    threads = args.threads or ("1" if args.quick else "1,2")
+    counts = [int(t) for t in threads.split(",")] if device.type == "cpu" else [0]
     chosen = [
         dataclasses.replace(c, samples=c.samples * args.samples_scale)
         for c in CASES
         if not args.cases or c.name in args.cases.split(",")
     ]
+    if args.quick and not args.cases:  # the smoke run: each PDE once, at its smaller grid
+        chosen = [c for i, c in enumerate(chosen) if c.system not in {d.system for d in chosen[:i]}]
     if not chosen:
         raise SystemExit(f"--cases {args.cases!r} names none of: {', '.join(c.name for c in CASES)}")
-    out = args.out or (QUICK_RESULTS if args.quick else RESULTS)
+    out = args.out or (quick_path(RESULTS) if args.quick else RESULTS)
     if len(counts) > 1:  # XLA reads its thread count once per process: one child process per count
         records = []
         for count in counts:

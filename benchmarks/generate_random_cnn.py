@@ -37,7 +37,10 @@ projection uses CPU time per operator-step (one quiet core); the wall-time proje
 
     python benchmarks/generate_random_cnn.py                 # full case (~15 min on 2 busy cores)
     python benchmarks/generate_random_cnn.py --threads 1     # steadier on a loaded machine
-    python benchmarks/generate_random_cnn.py --quick         # smoke run
+    python benchmarks/generate_random_cnn.py --quick         # smoke run (`make bench-smoke`)
+
+`--quick` runs every engine and baseline at 2 operators, 8 steps, 32x32; not a figure: it writes to a
+temporary folder (smoke.quick_path) unless --out is given.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from dynaforge.systems.random_cnn.operator import ACTIVATIONS, Architecture, arc
 from dynaforge.systems.random_cnn.reference import RandomCNN, reference_rollout
 from dynaforge.systems.random_cnn.system import RandomCNNSystem
 from machine import load_note
+from smoke import quick_path
 
 RESULTS = Path(__file__).parent / "results" / "generate_random_cnn.json"
 FEW_ARCHITECTURES = [
@@ -491,7 +495,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="smoke run: 6 operators, 8 steps, 32x32")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2 operators, 8 steps, 32x32")
     parser.add_argument("--operators", type=int, default=32)
     parser.add_argument("--realizations", type=int, default=3)
     parser.add_argument("--steps", type=int, default=64)
@@ -514,22 +518,24 @@ def main() -> None:
         help="operators timed at 128^2 for the projection (0: scale)",
     )
     parser.add_argument("--project-steps", type=int, default=16)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--out", type=Path, default=None, help="records (default results/generate_random_cnn.json)"
+    )
     args = parser.parse_args()
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     if args.quick:
-        args.operators, args.steps, args.resolution, args.peak_repeats, args.repeats = 6, 8, 32, 2, 1
+        args.operators, args.steps, args.resolution, args.peak_repeats, args.repeats = 2, 8, 32, 2, 1
         args.project_operators = 0
+    out = args.out or (quick_path(RESULTS) if args.quick else RESULTS)
     records = run(args)
-    if not args.quick:
-        if args.append and args.out.exists():
-            records = [*json.loads(args.out.read_text()), *records]
-        atomic_write_json(args.out, records)
-        print(f"wrote {args.out}")
-    else:
+    if args.quick:
         print(json.dumps(records, indent=2))
+    if args.append and out.exists():
+        records = [*json.loads(out.read_text()), *records]
+    atomic_write_json(out, records)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

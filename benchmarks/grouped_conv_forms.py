@@ -9,7 +9,8 @@ convolution (groups=K). This script times, in one process, on the conv shapes of
 
 - `conv2d`: the current call, F.conv2d on channels-last bf16 (reference for timing);
 - `conv2d_prepacked`: oneDNN with the weight reordered once (torch.ops.mkldnn._convolution_pointwise with
-  torch._C._nn.mkldnn_reorder_conv2d_weight; what inductor's freezing emits);
+  torch._C._nn.mkldnn_reorder_conv2d_weight; what inductor's freezing emits; left out on a CPU without
+  oneDNN's bf16 path, e.g. AVX2 only);
 - `im2col_mm`: "flat" im2col, no unfold: the wrapped NHWC input as one (M (n+2p)^2, C) matrix, the k^2 taps
   are contiguous row-shifted slices of it (outputs computed on the padded width, the extra columns dropped),
   concatenated along channels, then one bf16 matmul with the (k^2 C, Cout) weight;
@@ -44,6 +45,9 @@ bf16 precision is about 4e-3). Times are process CPU time (one thread: the time 
 of `--repeats` rounds, forms interleaved within each round. Results: benchmarks/results/grouped_conv_forms.json.
 
     OMP_NUM_THREADS=1 python benchmarks/grouped_conv_forms.py [--quick] [--no-compile]
+
+`--quick` is the smoke run (`make bench-smoke`): a 3x3 and a 1x1 shape at 16x16, one grouped shape, 2
+repeats, no compile; not a figure: it writes to a temporary folder (smoke.quick_path) unless --out is given.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from dynaforge.config import load_config
 from dynaforge.systems import build_system
 from dynaforge.systems.random_cnn.system import RandomCNNSystem
 from machine import load_note
+from smoke import quick_path
 
 RESULTS = Path(__file__).parent / "results" / "grouped_conv_forms.json"
 BF16_TOLERANCE = 2e-2
@@ -152,6 +157,18 @@ def cpu_median(fn: Callable[[], object], inner: int) -> float:
     return (time.process_time() - start) / inner
 
 
+def prepacked_weight(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+    """oneDNN's reordered bf16 weight for inputs shaped like `x`; None where this CPU has no oneDNN bf16
+    path (it needs AVX-512 BW/VL/DQ or AVX-NE-CONVERT: on an AVX2 machine the form is left out)."""
+    try:
+        return torch._C._nn.mkldnn_reorder_conv2d_weight(
+            w.to_mkldnn(), [0, 0], [1, 1], [1, 1], 1, list(x.shape)
+        )
+    except RuntimeError as error:
+        print(f"conv2d_prepacked left out: {error}")
+        return None
+
+
 def single_forms(
     c_in: int, c_out: int, k: int, m: int, n: int, compile_forms: bool
 ) -> tuple[dict[str, Callable[[], torch.Tensor]], dict[str, float], float]:
@@ -165,17 +182,16 @@ def single_forms(
     offsets, rows = flat_offsets(k, padded), flat_rows(m, padded, k)
     w2d = w.permute(2, 3, 1, 0).reshape(k * k * c_in, c_out).contiguous()  # (tap, c_in) x c_out
     taps = w2d.view(k * k, c_in, c_out)
-    packed = torch._C._nn.mkldnn_reorder_conv2d_weight(
-        w.to_mkldnn(), [0, 0], [1, 1], [1, 1], 1, list(x.shape)
-    )
     forms: dict[str, Callable[[], torch.Tensor]] = {
         "conv2d": lambda: F.conv2d(x, w),
-        "conv2d_prepacked": lambda: torch.ops.mkldnn._convolution_pointwise(
-            x, packed, None, [0, 0], [1, 1], [1, 1], 1, "none", [], ""
-        ),
         "im2col_mm": lambda: im2col_mm(x2d, w2d, offsets, rows),
         "tapsum_mm": lambda: tapsum_mm(x2d, taps, offsets, rows),
     }
+    packed = prepacked_weight(w, x)
+    if packed is not None:
+        forms["conv2d_prepacked"] = lambda: torch.ops.mkldnn._convolution_pointwise(
+            x, packed, None, [0, 0], [1, 1], [1, 1], 1, "none", [], ""
+        )
     if compile_forms:
         # weights as frozen constants (inductor freezing): what max-autotune's C++ GEMM template and the
         # oneDNN weight prepacking of inductor need; compiled on the first call, inside the patch
@@ -275,7 +291,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="smoke run: 2 shapes, few repeats, no compile")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 2 shapes at 16x16, one grouped shape, few repeats, no compile",
+    )
     parser.add_argument("--operators", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--realizations", type=int, default=3)
@@ -284,13 +304,16 @@ def main() -> None:
     parser.add_argument("--inner", type=int, default=5)
     parser.add_argument("--groups", type=int, nargs="*", default=[4, 16], help="K of the grouped comparison")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile(max-autotune)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--out", type=Path, default=None, help="records (default results/grouped_conv_forms.json)"
+    )
     args = parser.parse_args()
     shapes = workload_shapes(args.operators, args.seed)
     m, n = args.realizations, args.resolution
     if args.quick:
-        shapes = Counter({(32, 64, 3): 1, (64, 64, 5): 1})
-        args.repeats, args.inner, n, args.groups, args.no_compile = 2, 1, 32, [4], True
+        shapes = Counter({(32, 64, 3): 1, (64, 64, 1): 1})  # a 3x3 and a 1x1 (no Winograd) layer
+        args.repeats, args.inner, n, args.groups, args.no_compile = 2, 1, 16, [4], True
+    grouped_shapes = [(32, 64, 3)] if args.quick else [(32, 64, 3), (64, 64, 3), (64, 64, 5)]
     records = []
     totals: Counter[str] = Counter()
     flops_total = 0.0
@@ -319,7 +342,7 @@ def main() -> None:
             )
         grouped = []
         for groups in args.groups:
-            for c_in, c_out, k in [(32, 64, 3), (64, 64, 3), (64, 64, 5)]:
+            for c_in, c_out, k in grouped_shapes:
                 forms, diffs, flops = grouped_forms(c_in, c_out, k, m, n, groups)
                 times = time_forms(forms, args.repeats, args.inner)
                 line = ", ".join(
@@ -413,8 +436,9 @@ def main() -> None:
         )
     for r in records:
         print(f"{r['case']}: ratio {r['ratio']:.2f}")
-    if not args.quick:
-        atomic_write_json(args.out, records)
+    out = args.out or (quick_path(RESULTS) if args.quick else RESULTS)
+    atomic_write_json(out, records)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

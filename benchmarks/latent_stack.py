@@ -61,9 +61,11 @@ training-set baseline 0.155): 3 epochs 0.61, 10 epochs 0.28, 30 epochs 0.19 (cho
 
 Run: `.venv/bin/python benchmarks/latent_stack.py [--quick] [--work DIR] [--interval K]
 [--retrain-corrector]` (`--work` keeps the data, the stack and the FNO; a rerun with the same folder only
-rescores; `--retrain-corrector` retrains the corrector, student and ablation on the kept operator). Writes benchmarks/results/latent_stack.json
-(ratio > 1: the first-named method is better; --quick writes nothing unless --out is given). Timings on a
-shared machine are provisional.
+rescores; `--retrain-corrector` retrains the corrector, student and ablation on the kept operator). Writes
+benchmarks/results/latent_stack.json (ratio > 1: the first-named method is better). Timings on a shared
+machine are provisional. `--quick` is the smoke run (`make bench-smoke`, SIZES["quick"]: 2 trajectories
+per split, one epoch per stage, 8-step rollouts, 2 seeds): every stage and score runs, nothing it writes is a
+figure, and it writes to a temporary folder (smoke.quick_path) unless --out is given.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -112,7 +114,9 @@ from dynaforge.train.stages import (
     model_scale,
     run_stages,
 )
+from dynaforge.train.task import StepLoss
 from machine import load_note
+from smoke import quick_path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "latent_stack.json"
@@ -135,23 +139,57 @@ SEEDS = 4
 """Noise seeds each stochastic variant is rolled out with; its scores are the mean over them (one draw of a
 chaotic rollout moves the long-horizon spectrum error by about half the corrector's gain)."""
 
+
+class Sizes(NamedTuple):
+    """The sizes of a run: the figures, or the --quick smoke run."""
+
+    n_train: int
+    n_val: int
+    n_test: int
+    operator_epochs: int
+    corrector_epochs: int
+    distill_epochs: int
+    steady_epochs: int
+    rollout_steps: int
+    members: int
+    """Ensemble members."""
+    seeds: int
+    """Noise seeds of each stochastic variant (SEEDS)."""
+    solver_steps: int
+    """system.steps (saved every 5th: 1500 -> 301 frames)."""
+    val_windows: int
+    val_rollout: int
+    """Operator calls of the operator stage's validation rollouts."""
+    last_frames: int
+    """The steady prior's long-time frames per trajectory."""
+    timing_repeats: int
+    """Timed calls of one correction (the fastest is kept)."""
+
+
 SIZES = {
-    # name: (n_train, n_test, operator epochs, corrector epochs, distill epochs, steady epochs, rollout steps,
-    #        ensemble members)
-    "full": (16, 16, 4, 2, 6, 30, 100, 8),
-    "quick": (6, 4, 1, 1, 1, 1, 30, 3),
-}
+    "full": Sizes(
+        n_train=16, n_val=8, n_test=16, operator_epochs=4, corrector_epochs=2, distill_epochs=6,
+        steady_epochs=30, rollout_steps=100, members=8, seeds=SEEDS, solver_steps=1500, val_windows=128,
+        val_rollout=20, last_frames=50, timing_repeats=20,
+    ),
+    # 81 frames: the 2 input frames at START_FRAME and 8 model steps of 2 frames
+    "quick": Sizes(
+        n_train=2, n_val=2, n_test=2, operator_epochs=1, corrector_epochs=1, distill_epochs=1,
+        steady_epochs=1, rollout_steps=8, members=2, seeds=2, solver_steps=400, val_windows=8,
+        val_rollout=2, last_frames=5, timing_repeats=2,
+    ),
+}  # fmt: skip
 
 
 def stack_config(quick: bool, interval: int = INTERVAL) -> Config:
-    n_train, n_test, op, corr, dist, steady, _, _ = SIZES["quick" if quick else "full"]
+    size = SIZES["quick" if quick else "full"]
     return load_config(
         ROOT / "configs" / "ks1d.yaml",
         [
-            "system.steps=1500",
-            f"dataset.n_train={n_train}",
-            "dataset.n_val=8",
-            f"dataset.n_test={n_test}",
+            f"system.steps={size.solver_steps}",
+            f"dataset.n_train={size.n_train}",
+            f"dataset.n_val={size.n_val}",
+            f"dataset.n_test={size.n_test}",
             "dataset.shard_size=64",
             "dataset.batch_size=64",
             "data.history=2",
@@ -171,21 +209,21 @@ def stack_config(quick: bool, interval: int = INTERVAL) -> Config:
             "train.grad_clip=1.0",
             "train.log_every=50",
             "train.device=cpu",
-            "stages.val_windows=128",
-            f"stages.operator.epochs={op}",
+            f"stages.val_windows={size.val_windows}",
+            f"stages.operator.epochs={size.operator_epochs}",
             "stages.operator.lr=0.003",
             "stages.operator.rollout_steps=2",
-            "stages.operator.val_rollout=20",
-            f"stages.diffusion_residual.epochs={corr}",
+            f"stages.operator.val_rollout={size.val_rollout}",
+            f"stages.diffusion_residual.epochs={size.corrector_epochs}",
             "stages.diffusion_residual.lr=0.002",
             "stages.diffusion_residual.sampler_steps=8",
             f"stages.diffusion_residual.interval={interval}",
-            f"stages.consistency_distill.epochs={dist}",
+            f"stages.consistency_distill.epochs={size.distill_epochs}",
             "stages.consistency_distill.lr=0.0005",
             f"stages.consistency_distill.student_steps={STUDENT_STEPS}",
             f"stages.consistency_distill.temperature={DISTILL_TEMPERATURE}",
-            f"stages.steady_prior.epochs={steady}",
-            "stages.steady_prior.last_frames=50",
+            f"stages.steady_prior.epochs={size.steady_epochs}",
+            f"stages.steady_prior.last_frames={size.last_frames}",
         ],
     )
 
@@ -343,10 +381,14 @@ def record(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes, not a figure")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: tiny sizes, not a figure, written to a temporary folder",
+    )
     parser.add_argument("--work", default=None, help="work folder (default: a temporary one)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--out", default=str(RESULTS), help="results JSON")
+    parser.add_argument("--out", default=None, help="results JSON (default results/latent_stack.json)")
     parser.add_argument(
         "--interval", type=int, default=INTERVAL, help=f"corrector interval k (default {INTERVAL})"
     )
@@ -362,19 +404,21 @@ def main() -> None:
         if args.retrain_corrector:
             drop_corrector_stages(work / "stack", stack_config(args.quick, args.interval))
         results = run(work, args.quick, args.interval)
-    if not args.quick or args.out != str(RESULTS):
-        atomic_write_json(args.out, results)
+    out = args.out or (quick_path(RESULTS) if args.quick else RESULTS)
+    atomic_write_json(out, results)
     print(json.dumps(results, indent=1))
+    print(f"wrote {out}")
 
 
 class MeanResidualTask(CorrectorTask):
     """ABLATION, not a diffusion model: the corrector's network (same inputs, same k-step examples) regresses
     the residual's conditional mean with MSE, at flow time 0 and a zero state; no noise anywhere."""
 
-    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> StepLoss:
         example = self.example(batch)
         target = (example.truth - example.prediction) / model_scale(model)
-        return mse_loss(mean_residual(model, example.condition, batch[2]), target)
+        loss = mse_loss(mean_residual(model, example.condition, batch[2]), target)
+        return StepLoss(loss, loss)
 
     def validate(self, model: torch.nn.Module) -> float:
         """RMS error of prediction + regressed residual against the truth (normalised units)."""
@@ -437,7 +481,8 @@ def drop_corrector_stages(stack_root: Path, config: Config) -> None:
 
 
 def run(work: Path, quick: bool, interval: int = INTERVAL) -> list[dict[str, Any]]:
-    *_, steps, members = SIZES["quick" if quick else "full"]
+    size = SIZES["quick" if quick else "full"]
+    steps, members, seeds = size.rollout_steps, size.members, size.seeds
     config = stack_config(quick, interval)
     data, stack_root = work / "data", work / "stack"
     started = time.perf_counter()
@@ -465,12 +510,12 @@ def run(work: Path, quick: bool, interval: int = INTERVAL) -> list[dict[str, Any
         f"student-T{TEMPERATURE}": dataclasses.replace(stack.student, temperature=TEMPERATURE),
         "mean-regression-ablation": mean_ablation(work, data, stack.corrector.interval),
     }
-    # every variant runs SEEDS times (noise seeds 0, 1, ...; the operator alone is deterministic and reruns
+    # every variant runs `seeds` times (noise seeds 0, 1, ...; the operator alone is deterministic and reruns
     # only for its timing), the variants taking turns so that a change of machine load hits them alike:
     # scores are averaged over the seeds, the cost is the fastest run
     runs: dict[str, list[torch.Tensor]] = {name: [] for name in variants}
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for seed in range(SEEDS):
+    for seed in range(seeds):
         for name, corrector in variants.items():
             started = time.perf_counter()
             runs[name].append(stack_rollout(stack, corrector, inputs, params, steps, seed=seed))
@@ -484,6 +529,7 @@ def run(work: Path, quick: bool, interval: int = INTERVAL) -> list[dict[str, Any
         stack,
         inputs,
         params,
+        size.timing_repeats,
     )
     k = stack.corrector.interval
     other_every = 4 if k == 1 else 1
@@ -576,6 +622,7 @@ def build_records(
     correction_cost: dict[str, float] | None = None,
     steady: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
+    size = SIZES["quick" if quick else "full"]
     split = f"{config.dataset.n_train} train / {config.dataset.n_test} test trajectories"
     case = f"KS 1D L=100 N=200, model dt=1, {steps}-step rollouts from t=30, {split}" + (
         " (QUICK smoke run)" if quick else ""
@@ -638,7 +685,7 @@ def build_records(
             gain = score["operator"][key] - score[teacher][key]
             kept = (score["operator"][key] - score[student][key]) / gain if gain > 0 else None
             note = (
-                f"means over {SEEDS} noise seeds; improvement of [{labels[teacher]}] over the operator "
+                f"means over {size.seeds} noise seeds; improvement of [{labels[teacher]}] over the operator "
                 f"{gain:.4g}; {describe(student)}; {spread_of(teacher, key)}; {spread_of(student, key)}"
                 + (
                     ""
@@ -655,7 +702,7 @@ def build_records(
         records.append(
             record(case, labels[teacher], f"seconds per rollout step (all test trajectories), {labels[student]}",
                    cost[student], cost[teacher], True,
-                   f"fastest of {SEEDS} runs; operator alone {cost['operator']:.4g} s; cost relative to the "
+                   f"fastest of {size.seeds} runs; operator alone {cost['operator']:.4g} s; cost relative to the "
                    "operator alone: " + ", ".join(f"{n} {cost[n] / cost['operator']:.2f}x" for n in labels)
                    + f"; FNO {cost['fno']:.4g} s; {env}")
         )  # fmt: skip
@@ -669,10 +716,10 @@ def build_records(
             record(case, "target: at most 1/4 of the S-step sampler's cost",
                    f"cost of one correction, [{labels[student]}] / [{labels[teacher]}]",
                    per_call, 0.25, True,
-                   f"the sampler alone on the test batch, fastest of 20 calls: student "
+                   f"the sampler alone on the test batch, fastest of {size.timing_repeats} calls: student "
                    f"{correction_cost[student] * 1e3:.3f} ms, S-step {correction_cost[teacher] * 1e3:.3f} ms; "
                    f"network calls {STUDENT_STEPS} / 8 = {calls:.3f}; rollout overhead per step beyond the "
-                   f"operator alone (fastest of {SEEDS} runs): student {overhead[student] * 1e3:.3f} ms, S-step "
+                   f"operator alone (fastest of {size.seeds} runs): student {overhead[student] * 1e3:.3f} ms, S-step "
                    f"{overhead[teacher] * 1e3:.3f} ms, ratio "
                    + (f"{overhead[student] / overhead[teacher]:.3f}" if overhead[teacher] > 0 else "n/a")
                    + f" (on a loaded machine the operator's own time varies as much); {env}")

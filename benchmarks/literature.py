@@ -38,6 +38,11 @@ results/literature.curves.json and docs/literature.png.
     python benchmarks/literature.py --tasks burgers,darcy,pdebench_burgers --budget 720 --seeds 0,1,2
                                                  # the issue's protocol (3.6 h of training)
     python benchmarks/literature.py --budget 120 --seeds 0,1,2   # what one session's CPU affords (37 min)
+    python benchmarks/literature.py --quick      # the smoke run (`make bench-smoke`): not a figure
+
+`--quick` runs every task for both libraries on tiny splits (literature_data.QUICK_SPLITS, cached in a
+temporary folder) with a 1 s budget, seed 0, and writes the records, curves and figure to a temporary
+folder (smoke.quick_path) unless --out is given.
 """
 
 from __future__ import annotations
@@ -67,8 +72,9 @@ from dynaforge.metrics.fields import relative_l2_per_frame
 from dynaforge.models import ModelInput
 from dynaforge.train import window_engine
 from dynaforge.train.log import read_metrics
-from literature_data import FRAMES, SPLITS, dataset_folder, task_data
+from literature_data import FRAMES, dataset_folder, task_data, task_splits
 from machine import load_note
+from smoke import quick_path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -146,6 +152,8 @@ class Setup:
     full_rollout: bool = False
     """Autoregressive task: train both libraries through the whole rollout (PDEBench's FNO loop) instead of
     one step at a time."""
+    quick: bool = False
+    """The smoke run's data (literature_data.QUICK_SPLITS)."""
 
 
 def through_rollout(task: Task, setup: Setup) -> bool:
@@ -156,9 +164,9 @@ def through_rollout(task: Task, setup: Setup) -> bool:
 # ---- data ----------------------------------------------------------------------------------------------
 
 
-def split(fields: np.ndarray, task: Task, name: str) -> Tensor:
+def split(fields: np.ndarray, task: Task, setup: Setup, name: str) -> Tensor:
     """A split's samples (n, frames, *space) as float32 (test first, then val, then train)."""
-    _, val, test = SPLITS[task.name]
+    _, val, test = task_splits(task.name, setup.quick)
     rows = {"test": slice(0, test), "val": slice(test, test + val), "train": slice(test + val, None)}[name]
     return torch.from_numpy(fields[rows])
 
@@ -176,9 +184,9 @@ def rollout(step: Step, samples: Tensor, history: int) -> Tensor:
     return torch.cat(predicted, dim=1)
 
 
-def test_error(step: Step, fields: np.ndarray, task: Task) -> float:
+def test_error(step: Step, fields: np.ndarray, task: Task, setup: Setup) -> float:
     """Mean over the test samples and predicted frames of ||pred - truth|| / ||truth||, physical units."""
-    samples, errors = split(fields, task, "test"), []
+    samples, errors = split(fields, task, setup, "test"), []
     with torch.inference_mode():
         for chunk in samples.split(50):
             predicted = rollout(step, chunk, task.history)
@@ -284,7 +292,7 @@ def run_dynaforge(
         "seconds": summary.seconds,
         "epochs": len(epochs),
         "parameters": real_parameters(model),
-        "test_rel_l2": test_error(step, fields, task),
+        "test_rel_l2": test_error(step, fields, task, setup),
         "curve": [[r["elapsed"], r["val_loss"]] for r in epochs],
         "curve_metric": "validation loss (the config's loss)",
     }
@@ -396,7 +404,7 @@ def run_neuraloperator(
     model = (build or neuraloperator_fno)(task, setup)
     generator = torch.Generator().manual_seed(seed)
     batch = setup.baseline_batch or task.batch_size
-    train_samples, val_samples = split(fields, task, "train"), split(fields, task, "val")
+    train_samples, val_samples = split(fields, task, setup, "train"), split(fields, task, setup, "val")
     if through_rollout(task, setup):
         train = DataLoader(TensorDataset(train_samples), batch, shuffle=True, generator=generator)
     else:
@@ -436,7 +444,7 @@ def run_neuraloperator(
         "epochs": epochs,
         "batch": batch,
         "parameters": real_parameters(model),
-        "test_rel_l2": test_error(model, fields, task),
+        "test_rel_l2": test_error(model, fields, task, setup),
         "curve": curve,
         "curve_metric": "validation relative L2 (physical units)",
     }
@@ -637,12 +645,20 @@ def cross_rows(task: Task, setup: Setup, fields: np.ndarray, path: Path) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: tiny data, 1 s budget, to a temporary folder"
+    )
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of {', '.join(TASKS)}")
     parser.add_argument("--budget", type=float, default=180.0, help="seconds of training per run")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (the issue asks for 0,1,2)")
-    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "dynaforge-literature")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="data cache (default: dynaforge-literature in the temp folder)",
+    )
     parser.add_argument("--data-only", action="store_true", help="make the data and stop")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None, help="records (default results/literature.json)")
     parser.add_argument(
         "--variants", default="", help="--ablate: ABLATIONS names separated by semicolons (default all)"
     )
@@ -675,6 +691,13 @@ def main() -> None:
         help="rebuild the records and the figure from results/literature.curves.json (no training)",
     )
     args = parser.parse_args()
+    if args.quick:
+        args.budget = 1.0
+        args.seeds = "0"
+    args.out = args.out or (quick_path(RESULTS) if args.quick else RESULTS)
+    args.cache = args.cache or Path(tempfile.gettempdir()) / (
+        "dynaforge-literature-quick" if args.quick else "dynaforge-literature"
+    )
     # dynaforge's engine lets the C allocator keep freed memory (dynaforge/allocator.py), process-wide: set
     # from the start, so that both libraries run under the same allocator whichever trains first.
     keep_freed_memory()
@@ -684,6 +707,7 @@ def main() -> None:
         seeds=tuple(int(s) for s in args.seeds.split(",")),
         baseline_batch=args.baseline_batch,
         full_rollout=args.full_rollout,
+        quick=args.quick,
     )
     unknown = [name for name in args.tasks.split(",") if name.strip() not in TASKS]
     if unknown:
@@ -702,13 +726,13 @@ def main() -> None:
             setup.seeds = tuple(r["seed"] for r in runs if r["library"] == "dynaforge")
             old = [r for r in json.loads(args.out.read_text()) if r["case"].startswith(TASKS[name].title)]
             load = old[0]["notes"].split("Machine and load: ")[-1] if old else None  # when it ran
-            new = record(TASKS[name], setup, runs, task_data(name, args.cache)["check"], load)
+            new = record(TASKS[name], setup, runs, task_data(name, args.cache, args.quick)["check"], load)
             atomic_write_json(args.out, merge_records(args.out, [new]))
         draw({name: saved["tasks"][name] for name in TASKS if name in saved["tasks"]}, figure)
         return
     for task in tasks:
-        data = task_data(task.name, args.cache)
-        folder = dataset_folder(task.name, data["fields"], args.cache)
+        data = task_data(task.name, args.cache, args.quick)
+        folder = dataset_folder(task.name, data["fields"], args.cache, args.quick)
         print(f"{task.name}: dataset folder {folder}; accuracy check {data['check']:.2e}")
         if args.data_only:
             continue

@@ -60,6 +60,12 @@ SPLITS = {"burgers": (1000, 100, 200), "darcy": (1000, 100, 200), "pdebench_burg
 """Train, validation and test samples per task (the FNO paper: 1000 train, 200 test for Burgers and 100 for
 Darcy, here 200; PDEBench 9000 / 1000 of 10,000, here a tenth)."""
 
+QUICK_SPLITS = {"burgers": (16, 4, 4), "darcy": (16, 4, 4), "pdebench_burgers": (8, 2, 2)}
+"""The splits of `literature.py --quick`, the smoke run (its accuracy checks solve QUICK_CHECKED samples)."""
+CHECKED, QUICK_CHECKED = 16, 2
+"""Samples solved again on the finer grid for the accuracy check (full run, smoke run)."""
+PDEBENCH_END, PDEBENCH_QUICK_END = 2.0, 0.1
+"""End time of PDEBench's Burgers (the smoke run's: the same 41 frames over a 20th of the solver steps)."""
 FRAMES = {"burgers": 2, "darcy": 2, "pdebench_burgers": 41}
 """Frames per sample."""
 
@@ -98,15 +104,15 @@ def paper_grf(points: int, rng: np.random.Generator) -> np.ndarray:
     return (scale * a) @ np.cos(phase) + (scale * b) @ np.sin(phase)
 
 
-def burgers(n: int) -> tuple[np.ndarray, float]:
-    points, dt = 1024, 1e-3
+def burgers(n: int, quick: bool = False) -> tuple[np.ndarray, float]:
+    points, dt, checked = 1024, 1e-3, QUICK_CHECKED if quick else CHECKED
     u0 = np.stack([paper_grf(points, np.random.default_rng(i)) for i in range(n)])
     u1 = burgers_solve(u0, 0.1, dt, 1.0, 1)[:, -1]
-    spectrum = np.fft.rfft(u0[:16], axis=1)  # the same Fourier modes on twice the points
-    padded = np.zeros((16, points + 1), dtype=complex)
+    spectrum = np.fft.rfft(u0[:checked], axis=1)  # the same Fourier modes on twice the points
+    padded = np.zeros((checked, points + 1), dtype=complex)
     padded[:, : spectrum.shape[1] - 1] = spectrum[:, :-1] * 2
     fine = burgers_solve(np.fft.irfft(padded, n=2 * points, axis=1), 0.1, dt / 4, 1.0, 1)[:, -1, ::2]
-    return np.stack([u0, u1], axis=1), relative_difference(u1[:16], fine)
+    return np.stack([u0, u1], axis=1), relative_difference(u1[:checked], fine)
 
 
 # ---- the FNO paper's Darcy flow ------------------------------------------------------------------------
@@ -166,7 +172,8 @@ def darcy_solve(a: np.ndarray) -> np.ndarray:
     return u
 
 
-def darcy(n: int) -> tuple[np.ndarray, float]:
+def darcy(n: int, quick: bool = False) -> tuple[np.ndarray, float]:
+    checked = QUICK_CHECKED if quick else CHECKED
     fields = np.empty((n, 2, DARCY_POINTS, DARCY_POINTS))
     coarse_every = (DARCY_SOLVE - 1) // (DARCY_POINTS - 1)
     check_every = (DARCY_CHECK - 1) // (DARCY_POINTS - 1)
@@ -176,7 +183,7 @@ def darcy(n: int) -> tuple[np.ndarray, float]:
         a = darcy_coefficient_field(coefficients, DARCY_SOLVE)
         u = darcy_solve(a)[::coarse_every, ::coarse_every]
         fields[i] = a[::coarse_every, ::coarse_every], u
-        if i < 16:
+        if i < checked:
             fine = darcy_solve(darcy_coefficient_field(coefficients, DARCY_CHECK))[
                 ::check_every, ::check_every
             ]
@@ -201,18 +208,19 @@ def pdebench_initial(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return u
 
 
-def pdebench_burgers(n: int) -> tuple[np.ndarray, float]:
+def pdebench_burgers(n: int, quick: bool = False) -> tuple[np.ndarray, float]:
     points, dt, frames, nu = 1024, 2.5e-4, 40, 0.01
+    checked, end = (QUICK_CHECKED, PDEBENCH_QUICK_END) if quick else (CHECKED, PDEBENCH_END)
     x = np.arange(points) / points
     u0 = np.stack([pdebench_initial(x, np.random.default_rng(i)) for i in range(n)])
-    fields = burgers_solve(u0, nu, dt, 2.0, frames)[:, :, ::4]
+    fields = burgers_solve(u0, nu, dt, end, frames)[:, :, ::4]
     x_fine = np.arange(2 * points) / (2 * points)
-    u0_fine = np.stack([pdebench_initial(x_fine, np.random.default_rng(i)) for i in range(16)])
-    fine = burgers_solve(u0_fine, nu, dt / 4, 2.0, frames)[:, :, ::8]
-    return fields, relative_difference(fields[:16], fine)
+    u0_fine = np.stack([pdebench_initial(x_fine, np.random.default_rng(i)) for i in range(checked)])
+    fine = burgers_solve(u0_fine, nu, dt / 4, end, frames)[:, :, ::8]
+    return fields, relative_difference(fields[:checked], fine)
 
 
-MAKERS: dict[str, Callable[[int], tuple[np.ndarray, float]]] = {
+MAKERS: dict[str, Callable[[int, bool], tuple[np.ndarray, float]]] = {
     "burgers": burgers,
     "darcy": darcy,
     "pdebench_burgers": pdebench_burgers,
@@ -223,22 +231,30 @@ SETTINGS = {"darcy": (DARCY_MODES, DARCY_POINTS, DARCY_SOLVE, DARCY_CHECK)}
 """What else a task's data depends on, beside its splits and frames (part of its cache's name)."""
 
 
-def cached(task: str, cache: Path, suffix: str) -> Path:
+def task_splits(task: str, quick: bool = False) -> tuple[int, int, int]:
+    """Train, validation and test samples of a task (of the smoke run with `quick`)."""
+    return (QUICK_SPLITS if quick else SPLITS)[task]
+
+
+def cached(task: str, cache: Path, suffix: str, quick: bool = False) -> Path:
     """The cache file of a task's data, named after what the data depends on: a changed setting is regenerated
     instead of read from an old file."""
-    key = hashlib.sha256(repr((SPLITS[task], FRAMES[task], SETTINGS.get(task))).encode()).hexdigest()[:10]
+    depends = (task_splits(task, quick), FRAMES[task], SETTINGS.get(task))
+    if quick:  # (the full run's names stay those of earlier caches)
+        depends = (*depends, QUICK_CHECKED, PDEBENCH_QUICK_END)
+    key = hashlib.sha256(repr(depends).encode()).hexdigest()[:10]
     return cache / f"{task}-{key}{suffix}"
 
 
-def task_data(task: str, cache: Path) -> dict[str, Any]:
+def task_data(task: str, cache: Path, quick: bool = False) -> dict[str, Any]:
     """`fields` (n, frames, *space) float32 in split order (test, val, train) and the accuracy check, cached
-    (written atomically: a killed run leaves no partial file)."""
-    arrays = cached(task, cache, ".npz")
+    (written atomically: a killed run leaves no partial file); the smoke run's sizes with `quick`."""
+    arrays = cached(task, cache, ".npz", quick)
     if arrays.exists():
         saved = np.load(arrays)
         return {"fields": saved["fields"], "check": float(saved["check"])}
     began = time.perf_counter()
-    fields, check = MAKERS[task](sum(SPLITS[task]))
+    fields, check = MAKERS[task](sum(task_splits(task, quick)), quick)
     print(
         f"{task}: {fields.shape[0]} samples in {time.perf_counter() - began:.0f} s; accuracy check {check:.2e}"
     )
@@ -247,12 +263,12 @@ def task_data(task: str, cache: Path) -> dict[str, Any]:
     return {"fields": fields.astype(np.float32), "check": check}
 
 
-def dataset_folder(task: str, fields: np.ndarray, cache: Path) -> Path:
+def dataset_folder(task: str, fields: np.ndarray, cache: Path, quick: bool = False) -> Path:
     """The fields as a PDEBench-layout file, converted into a dataset folder with split counts."""
-    folder = cached(task, cache, "_folder")
+    folder = cached(task, cache, "_folder", quick)
     if (folder / "manifest.json").exists():
         return folder
-    file = cached(task, cache, ".hdf5")
+    file = cached(task, cache, ".hdf5", quick)
     frames, space = fields.shape[1], fields.shape[2:]
     t = np.arange(frames + 1, dtype=float)
     if len(space) == 1:
@@ -260,5 +276,5 @@ def dataset_folder(task: str, fields: np.ndarray, cache: Path) -> Path:
     else:  # Darcy's vertex grid, both ends included
         grid = np.linspace(0.0, 1.0, space[0])
         write_tensor_file(file, fields, grid, t, y=grid)
-    convert(file, folder, fractions=SPLITS[task])
+    convert(file, folder, fractions=task_splits(task, quick))
     return folder

@@ -32,6 +32,10 @@ at a time, both on one core (torch threads = 1), each the best of three interlea
     python benchmarks/nbody_timestep.py [--quick] [--model-yoshida4 RUN] [--model-yoshida6 RUN]
     python benchmarks/nbody_timestep.py --tables [RESULTS.json]     # the markdown tables of the docs
 
+`--quick` is the smoke run (`make bench-smoke`): every integrator and the search on one orbit of a Kepler
+binary and of Sun-Jupiter-Saturn at 1e-3, controllers trained for 2 short steps, 8 systems of throughput;
+not a figure, written to a temporary folder (smoke.quick_path) unless --out is given.
+
 Without a --model-* option the learned controllers are trained here (configs/nbody_controller_*.yaml) and
 the training time is recorded.
 """
@@ -75,6 +79,7 @@ from dynaforge.systems.nbody.physics import (
 )
 from dynaforge.systems.nbody.schemes import LEAPFROG, SCHEMES
 from machine import load_note, machine_name
+from smoke import quick_path
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "nbody_timestep.json"
@@ -148,10 +153,10 @@ def sun_jupiter_saturn() -> InitialBodies:
 
 
 def cases(quick: bool, jupiter_orbits: int) -> list[Case]:
-    periods = 2 if quick else 10
+    periods = 1 if quick else 10
     crossing = 2.0 * math.sqrt(2.0)  # N-body units
     kepler_period = 2.0 * math.pi  # a = 1, M = 1
-    orbits = 10 if quick else jupiter_orbits
+    orbits = 1 if quick else jupiter_orbits
     chosen = [
         Case(
             "kepler e=0.9",
@@ -205,7 +210,7 @@ def cases(quick: bool, jupiter_orbits: int) -> list[Case]:
             central=True,
         ),
     ]
-    return [chosen[i] for i in (0, 1, 2, 6)] if quick else chosen
+    return [chosen[i] for i in (0, 6)] if quick else chosen  # quick: a two-body and the central-mass case
 
 
 def batch_of(bodies: InitialBodies, softening: float, copies: int) -> tuple[BodyState, BodyParams]:
@@ -495,7 +500,15 @@ def train_controller_here(scheme: str, quick: bool, folder: Path) -> float:
     """Train the learned controller of configs/nbody_controller_SCHEME.yaml; returns the seconds it took."""
     from dynaforge.train.step_controller import train_controller  # lazy: only when no --model is given
 
-    overrides = ["timestepper.steps=4", "timestepper.eval_every=2"] if quick else []
+    overrides = [
+        "timestepper.steps=2",
+        "timestepper.eval_every=1",
+        "timestepper.horizon=0.5",
+        "timestepper.batch=4",
+        "timestepper.systems.kepler=4",
+        "timestepper.systems.snapshots=2",
+    ]
+    overrides = overrides if quick else []
     start = time.perf_counter()
     train_controller(
         load_config(ROOT.parent / "configs" / f"nbody_controller_{scheme}.yaml", overrides), folder
@@ -505,7 +518,11 @@ def train_controller_here(scheme: str, quick: bool, folder: Path) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: 2 orbits, 4 systems, tiny training")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 1 orbit of 2 systems at 1e-3, tiny training and throughput, to a temporary folder",
+    )
     for scheme in LEARNED_SCHEMES:
         parser.add_argument(f"--model-{scheme}", default=None, help=f"trained {scheme} controller run folder")
         parser.add_argument(
@@ -523,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         default=150_000,
         help="abandon runs longer than this (leapfrog modes: 40,000)",
     )
-    parser.add_argument("--out", default=str(RESULTS), help="results JSON")
+    parser.add_argument("--out", default=None, help="results JSON (default results/nbody_timestep.json)")
     parser.add_argument(
         "--cases",
         default=None,
@@ -538,8 +555,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    max_steps = 50_000 if args.quick else args.max_steps
+    args.out = args.out or str(quick_path(RESULTS) if args.quick else RESULTS)
+    max_steps = 20_000 if args.quick else args.max_steps
     targets = [float(t) for t in args.targets.split(",")] if args.targets else list(TARGETS)
+    targets = [1e-3] if args.quick and not args.targets else targets
     chosen = [
         c
         for c in cases(args.quick, args.jupiter_orbits)
@@ -581,8 +600,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.throughput == "no":
             atomic_write_json(args.out, records)
             return 0
-        systems, steps = (64, 20) if args.quick else (1024, 100)
-        sequential_systems = 16 if args.quick else 64
+        systems, steps = (8, 5) if args.quick else (1024, 100)
+        sequential_systems = 2 if args.quick else 64
         rates = throughput(systems, 16, steps, sequential_systems, repeats=1 if args.quick else 3)
         print(
             f"throughput: batched {rates.batched:.3g}, compiled {rates.compiled:.3g}, one at a time "

@@ -14,7 +14,8 @@ A model that exports is run in onnxruntime and compared with PyTorch on a random
 Nothing here belongs to the package: dynaforge's own export command, `dynaforge export`, lives in
 dynaforge.export and uses the dynamo exporter, as this benchmark found it must.
 
-Run: `.venv-bench/bin/python benchmarks/onnx_export_fno.py [--quick]` (or `make bench`).
+Run: `.venv-bench/bin/python benchmarks/onnx_export_fno.py [--quick]` (or `make bench`); `--quick`, the smoke run
+(`make bench-smoke`), runs the same checks and writes to a temporary folder (smoke.quick_path).
 Writes benchmarks/results/onnx_export_fno.json (`dynaforge` / `baseline_value`: max |onnxruntime - torch|
 of the exported model, null when the export failed; no ratio).
 """
@@ -41,9 +42,9 @@ from torch import Tensor, nn
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import FNOConfig
 from dynaforge.models import ModelInput, ModelShape, build_model
+from smoke import quick_path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "onnx_export_fno.json"
-QUICK_RESULTS = RESULTS.with_name("onnx_export_fno.quick.json")
 WIDTH, MODES, LAYERS, PROJECTION, RESOLUTION = 32, 16, 4, 64, 128
 EXPORTERS = {"legacy (dynamo=False)": False, "dynamo (dynamo=True)": True}
 
@@ -197,7 +198,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--quick", action="store_true", help="the same checks, written to the .quick.json file"
+        "--quick", action="store_true", help="smoke run: the same checks, written to a temporary folder"
     )
     parser.add_argument("--out", type=Path, default=None, help="JSON records")
     args = parser.parse_args()
@@ -211,7 +212,7 @@ def main() -> None:
         for attempt in theirs + ours:
             print(f"  {attempt.label}: {attempt.message}")
         records.append(record(exporter, ours, theirs))
-    out = args.out or (QUICK_RESULTS if args.quick else RESULTS)
+    out = args.out or (quick_path(RESULTS) if args.quick else RESULTS)
     atomic_write_json(out, records)
     print(f"\nwrote {out}")
 

@@ -25,6 +25,9 @@ at B/2 with the best disk dataset at B (ratio > 1: the stream reached the best d
 Writes benchmarks/results/stream.json (records), stream.runs.json (every case) and docs/stream.png. Run:
 `flock /tmp/dynaforge-heavy.lock env OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/stream.py
 --systems burgers,ks --budgets 30,60,120`
+
+`--quick` is the smoke run (`make bench-smoke`): Burgers, a 3 s budget, one disk size (4 trajectories) and
+the stream; not a figure: the records, runs and figure go to a temporary folder (smoke.quick_path).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from dynaforge.atomic import atomic_write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import load_note
+from smoke import quick_path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "stream.json"
@@ -159,6 +163,9 @@ def run_case(budget: float, case: str, reference: Path, config: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: Burgers, 3 s, 4 trajectories; to a temporary folder"
+    )
     parser.add_argument("--systems", default="burgers", help=f"comma-separated, of {', '.join(SYSTEMS)}")
     parser.add_argument("--budgets", default="60", help="comma-separated wall-clock budgets in seconds")
     parser.add_argument("--sizes", default="64,256,1024", help="disk dataset sizes (train trajectories)")
@@ -166,9 +173,13 @@ def main() -> None:
         "--plot-only", action="store_true", help="redraw docs/stream.png from stream.runs.json"
     )
     args = parser.parse_args()
-    runs_path = RESULTS.with_name("stream.runs.json")
+    if args.quick:
+        args.systems, args.budgets, args.sizes = "burgers", "3", "4"
+    records_path = quick_path(RESULTS) if args.quick else RESULTS
+    figure = quick_path(DOCS_FIGURE) if args.quick else DOCS_FIGURE
+    runs_path = records_path.with_name("stream.runs.json")
     if args.plot_only:
-        plot(read_runs(runs_path), DOCS_FIGURE)
+        plot(read_runs(runs_path), figure)
         return
     systems = args.systems.split(",")
     unknown = sorted(set(systems) - set(SYSTEMS))
@@ -199,8 +210,9 @@ def main() -> None:
                 # Runs of other systems and budgets measured earlier are kept; this one replaces its own.
                 runs = [r for r in runs if (r["system"], r["budget_s"]) != (run["system"], budget)] + [run]
                 atomic_write_json(runs_path, runs)
-                atomic_write_json(RESULTS, records_of(runs))
-    plot(runs, DOCS_FIGURE)
+                atomic_write_json(records_path, records_of(runs))
+    plot(runs, figure)
+    print(f"wrote {records_path}, {runs_path.name} and {figure}")
 
 
 def records_of(runs: list[dict]) -> list[dict]:

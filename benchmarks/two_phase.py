@@ -30,8 +30,10 @@ steps, the update) on the same batch, one thread, after warm-up; medians of inte
   steps; compile time reported in the notes, not in the rate).
 The naive window's updates are checked against dynaforge's (same weights after the timed windows).
 
-Run: `.venv/bin/python benchmarks/two_phase.py` (about a minute on 2 cores; `--quick` for a smoke run).
-Writes benchmarks/results/two_phase.json.
+Run: `.venv/bin/python benchmarks/two_phase.py` (about a minute on 2 cores). Writes
+benchmarks/results/two_phase.json. `--quick` is the smoke run (`make bench-smoke`): both trainers and every
+window for fewer epochs, repeats and windows, the "compiled" window not compiled; not a figure, written to a temporary folder (smoke.quick_path)
+unless --out is given.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from dynaforge.train.engine import Engine
 from dynaforge.train.task import StepLoss
 from dynaforge.train.two_phase import RelaxState, TwoPhaseTask, cost, relax
 from machine import load_note
+from smoke import quick_path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "two_phase.json"
@@ -197,7 +200,9 @@ def windows_per_second(run: Any, windows: int) -> float:
     return windows / (time.perf_counter() - started)
 
 
-def compare_speed(windows: int, repeats: int, work: Path) -> dict[str, Any]:
+def compare_speed(windows: int, repeats: int, work: Path, compile_relaxation: bool = True) -> dict[str, Any]:
+    """Windows/s of each window; without `compile_relaxation` (the smoke run) the "compiled" trainer runs
+    eagerly (its record says so: compiling takes longer than the rest of the smoke run)."""
     config = load_config(PRESET, COMMON)
     naive_trainer = Engine(config, TwoPhaseTask(config), work / "naive")
     eager_trainer = Engine(config, TwoPhaseTask(config), work / "eager")
@@ -206,7 +211,8 @@ def compare_speed(windows: int, repeats: int, work: Path) -> dict[str, Any]:
     residuals: list[float] = []
     syncing_trainer.task.relax = syncing_relax(residuals)
     started = time.perf_counter()
-    compiled_trainer.compile_with_fallback()
+    if compile_relaxation:
+        compiled_trainer.compile_with_fallback()
     compile_seconds = time.perf_counter() - started
     task = eager_trainer.task
     inputs, targets = task.batch_of(task.epoch_order(0), 0)
@@ -259,16 +265,21 @@ def environment_note() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: fewer epochs, repeats and windows")
-    parser.add_argument("--out", default=str(RESULTS), help="where to write the JSON records")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: fewer epochs, repeats and windows, no compile"
+    )
+    parser.add_argument(
+        "--out", default=None, help="where to write the JSON records (default results/two_phase.json)"
+    )
     args = parser.parse_args(argv)
+    out = args.out or (quick_path(RESULTS) if args.quick else RESULTS)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)
     epochs, train_repeats = (5, 1) if args.quick else (40, 3)
     windows, speed_repeats = (10, 1) if args.quick else (100, 5)
     with tempfile.TemporaryDirectory() as work:
         training = compare_training(epochs, train_repeats, Path(work))
-        speed = compare_speed(windows, speed_repeats, Path(work))
+        speed = compare_speed(windows, speed_repeats, Path(work), compile_relaxation=not args.quick)
     two_phase = statistics.median(training["two_phase"])
     backprop = statistics.median(training["backprop"])
     one_sided = statistics.median(training["one_sided"])
@@ -347,9 +358,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{record['metric']:<45} dynaforge {record['dynaforge']:.4g}  baseline {record['baseline_value']:.4g}"
             f"  ratio {record['ratio']:.2f}"
         )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(records, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, json.dumps(records, indent=2) + "\n")
+    print(f"wrote {out}")
     return 0
 
 
