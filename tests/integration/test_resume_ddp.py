@@ -180,7 +180,7 @@ def test_resume_refuses_another_config_and_fresh_training_refuses_an_existing_ru
     error = capsys.readouterr().err
     assert "train.epochs: 1 != 2" in error and "cannot be continued" in error
     assert main(["-q", "train", TINY, "train.epochs=1", "--data", str(tiny_data), "--out", str(run)]) == 2
-    assert "continue it with --resume" in capsys.readouterr().err
+    assert "continue it (--resume)" in capsys.readouterr().err
     # Resuming a finished run does nothing more.
     before = (run / "checkpoints" / "last.pt").stat().st_mtime_ns
     assert (
