@@ -181,29 +181,20 @@ def check_expected_failures(verb: str, cases: dict[str, tuple[Path, str]]) -> No
         unchanged(before, folder)
 
 
-def test_inspect_ends_every_expected_failure_with_status_2(data_copy: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("verb", "corrupt_names"), [("inspect", "train/shard-00001.h5"), ("verify", "do not match")]
+)
+def test_checking_verbs_end_every_expected_failure_with_status_2(
+    verb: str, corrupt_names: str, data_copy: Path, tmp_path: Path
+) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     other = Path(shutil.copytree(data_copy, tmp_path / "other"))
     check_expected_failures(
-        "inspect",
+        verb,
         {
             "interrupted": (interrupted(data_copy), "manifest.json is missing"),
             "empty": (empty, "manifest.json is missing"),
-            "corrupt": (altered(other), "train/shard-00001.h5"),
-        },
-    )
-
-
-def test_verify_ends_every_expected_failure_with_status_2(data_copy: Path, tmp_path: Path) -> None:
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    other = Path(shutil.copytree(data_copy, tmp_path / "other"))
-    check_expected_failures(
-        "verify",
-        {
-            "interrupted": (interrupted(data_copy), "manifest.json is missing"),
-            "empty": (empty, "manifest.json is missing"),
-            "corrupt": (altered(other), "do not match"),
+            "corrupt": (altered(other), corrupt_names),
         },
     )
