@@ -20,6 +20,7 @@ from dynaforge.config import Config, resolve_device
 from dynaforge.machine import local_rank_device
 from dynaforge.models.loading import controller_for
 from dynaforge.store.format import DatasetError, plan_shards
+from dynaforge.store.writer import batches as writer_batches
 from dynaforge.store.writer import prepare_folder, shard_is_complete, update_manifest, write_shard
 from dynaforge.systems import NBody, System, build_system
 from dynaforge.systems.pde.spectral import SpectralSystem
@@ -71,8 +72,9 @@ def note_block_padding(config: Config, system: System, device: torch.device, sha
     if not isinstance(system, SpectralSystem) or device.type != "cpu":
         return
     block = system.block_samples(device)
-    batches = [min(config.dataset.batch_size, shard.size - lo) for shard in shards
-               for lo in range(0, shard.size, config.dataset.batch_size)]  # fmt: skip
+    batches = [
+        hi - lo for shard in shards for lo, hi in writer_batches(shard.size, config.dataset.batch_size)
+    ]
     stepped = sum(-(-n // block) * block for n in batches)
     if stepped > 1.25 * sum(batches):
         log.info(

@@ -39,9 +39,6 @@ class GrayScott(SpectralSystem):
         """u is stepped as u - 1 (module docstring): the feed's constant becomes linear."""
         return (1.0, 0.0)
 
-    def transformed_channels(self) -> int:
-        return 1
-
     def nonlinear_term(self, k: tuple[Tensor, ...], params: dict[str, Tensor], mask: Tensor) -> Nonlinear:
         """R = FFT(u v^2) of the truncated state (u = 1 + the stepped channel 0), one channel; the mask
         after the product and the signs (-R for u, +R for v) are the multiplier. The transforms skip the

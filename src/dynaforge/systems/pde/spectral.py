@@ -182,10 +182,6 @@ class SpectralSystem:
         into its linear part this way, so that the nonlinear term has no constant to carry (Gray-Scott)."""
         return None
 
-    def transformed_channels(self) -> int:
-        """The fewest channels any transform of a step runs on (Gray-Scott's reaction term has one)."""
-        return self.channels
-
     # ---- parameters and initial conditions -------------------------------------------------------
 
     @property
