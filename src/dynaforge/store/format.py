@@ -8,17 +8,23 @@ A dataset folder:
     train/shard-00000.json    the completion record of that shard, written atomically after it
     val/...  test/...
 
-Readers trust a shard only when the manifest lists it as complete and its size matches.
+On disk `fields` are channels last, (N, T, *space, C); everywhere else in dynaforge a trajectory is channels
+first, (N, T, C, *space), on the device that made it. `fields_to_disk` and `fields_from_disk` are the only
+conversions between the two. Whether a shard is complete is decided by one rule, `shard_problem`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
+from jaxtyping import Float
+from torch import Tensor
 
 from dynaforge.errors import DatasetError as DatasetError  # the store's error, importable here
 from dynaforge.seeds import SPLITS
@@ -67,6 +73,31 @@ def plan_shards(split_sizes: dict[str, int], shard_size: int) -> list[ShardSpec]
     return shards
 
 
+def channels_first_to_last(fields: Tensor, lead: int = 2) -> Tensor:
+    """(*lead, C, *space) -> (*lead, *space, C), the stored layout; `lead` leading axes (2: samples and
+    time; 1: time alone). A view, no copy."""
+    return torch.movedim(fields, lead, -1)
+
+
+def channels_last_to_first(fields: Tensor, lead: int = 2) -> Tensor:
+    """(*lead, *space, C) -> (*lead, C, *space), the layout of everything outside the store. A view."""
+    return torch.movedim(fields, -1, lead)
+
+
+def fields_to_disk(fields: Float[Tensor, "samples time channels *space"]) -> np.ndarray:
+    """A system's trajectories (N, T, C, *space), on any device, as the store writes them: a C-ordered
+    float32 numpy array (N, T, *space, C) on the host. The values are the same bytes."""
+    host = fields.detach().to(device="cpu", dtype=torch.float32)  # one transfer, of contiguous memory
+    return np.ascontiguousarray(channels_first_to_last(host).numpy())
+
+
+def fields_from_disk(fields: np.ndarray, lead: int = 2) -> Tensor:
+    """Stored fields (*lead, *space, C) as the float32 tensor (*lead, C, *space) on the host, the same bytes
+    (`lead` as in `channels_first_to_last`: 2 for (N, T, ...), 1 for one trajectory (T, ...))."""
+    values = torch.from_numpy(np.asarray(fields, dtype=np.float32))
+    return channels_last_to_first(values, lead).contiguous()
+
+
 def sample_sha256(fields: np.ndarray, params: np.ndarray) -> str:
     """The content hash of one stored sample: SHA-256 of its `fields` as stored (float32, little-endian,
     C order, (T, *space, C)) followed by its `params` (float64, little-endian)."""
@@ -108,3 +139,45 @@ def shard_record(shard: ShardSpec, written: Path, moments: dict[str, Any]) -> di
         "sha256": file_sha256(written),
         "moments": moments,
     }
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """A shard's completion record (`shard.record`), or None where there is none or it is not valid JSON."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def record_is_finite(record: dict[str, Any]) -> bool:
+    """Whether a shard record's moments are all finite (a shard holding NaN or Inf is never complete)."""
+    moments = record.get("moments", {})
+    return all(math.isfinite(v) for key in ("mean", "m2", "min", "max") for v in moments.get(key, []))
+
+
+def shard_problem(root: Path, record: dict[str, Any], thorough: bool = False) -> str | None:
+    """Why the shard `record` describes is not complete, or None when it is: the one rule of the store.
+
+    `record` is a shard's completion record (`shard.record`) or its manifest entry (which adds `complete`).
+    A shard is complete when its record does not say otherwise (`complete` false: generation unfinished),
+    its file exists with the size the record gives, the record's moments are finite, and, when `thorough`,
+    the file's SHA-256 is the record's. Without `thorough` the check is a `stat` (what opening a folder or
+    rebuilding a manifest affords for every shard); with it, one pass over the file's bytes (what resuming
+    a generation, the first read of a shard and `inspect` do).
+    """
+    path = root / record["file"]
+    if not record.get("complete", True):
+        return f"{path} is not complete in {root / MANIFEST} (generation unfinished)"
+    if not path.is_file():
+        return f"{path} is listed in {root / MANIFEST} but missing"
+    size = path.stat().st_size
+    if size != record.get("bytes"):
+        return f"{path} has {size} bytes but its record says {record.get('bytes')} (truncated or modified)"
+    if not record_is_finite(record):
+        return f"{path} holds NaN or Inf (its record's moments)"
+    if thorough and file_sha256(path) != record.get("sha256"):
+        return (
+            f"{path}: SHA-256 differs from the one its record holds (the file was modified or damaged after "
+            "it was written)"
+        )
+    return None
