@@ -50,7 +50,7 @@ from dynaforge.models import ModelShape, model_from_checkpoint
 from dynaforge.runs import load_checkpoint, run_folder
 from dynaforge.seeds import SPLITS, Rows
 from dynaforge.store import DatasetFolder, SplitArrays
-from dynaforge.store.format import fields_from_disk
+from dynaforge.store.layout import fields_from_disk
 from dynaforge.store.to_xarray import split_to_xarray
 from dynaforge.store.writer import batches
 from dynaforge.train import TrainSummary
@@ -134,7 +134,7 @@ def simulate(
     start + i of the dataset that `dynaforge generate` writes from the same config and seed, bit for bit
     (on the same device). `n` defaults to the split's size in `config.dataset`, `seed` to
     `config.dataset.seed`, `device` to `config.dataset.device`. Returns `Samples`, fields
-    (n, time, channels, *space) float32.
+    (n, time, channels, *space) float32 on the device that generated them.
 
     >>> import dynaforge
     >>> sim = dynaforge.simulate("configs/tiny.yaml", n=2, split="test")

@@ -20,12 +20,11 @@ from dynaforge.seeds import Rows
 from dynaforge.store import DatasetError, DatasetFolder, validate_dataset
 from dynaforge.store.format import (
     ShardSpec,
-    fields_from_disk,
-    fields_to_disk,
     plan_shards,
     read_record,
     shard_problem,
 )
+from dynaforge.store.layout import fields_from_disk, fields_to_disk
 from dynaforge.store.writer import shard_is_complete, update_manifest
 from dynaforge.systems import build_system
 

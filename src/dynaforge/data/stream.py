@@ -34,7 +34,7 @@ from dynaforge.config import Config
 from dynaforge.data.normalize import Normalizer
 from dynaforge.data.windows import Window, fields_to_channels_first
 from dynaforge.seeds import Rows
-from dynaforge.store.format import fields_to_disk
+from dynaforge.store.layout import fields_to_disk
 from dynaforge.store.stats import SampleMoments
 from dynaforge.systems import System
 

@@ -24,7 +24,8 @@ from dynaforge.config import ConfigError, resolve_device
 from dynaforge.generate.stage import system_for
 from dynaforge.machine import machine_record
 from dynaforge.seeds import Rows
-from dynaforge.store.format import DatasetError, fields_to_disk, sample_sha256
+from dynaforge.store.format import DatasetError, sample_sha256
+from dynaforge.store.layout import fields_to_disk
 from dynaforge.store.reader import DatasetFolder
 from dynaforge.systems.base import SampleRows
 

@@ -8,9 +8,9 @@ A dataset folder:
     train/shard-00000.json    the completion record of that shard, written atomically after it
     val/...  test/...
 
-On disk `fields` are channels last, (N, T, *space, C); everywhere else in dynaforge a trajectory is channels
-first, (N, T, C, *space), on the device that made it. `fields_to_disk` and `fields_from_disk` are the only
-conversions between the two. Whether a shard is complete is decided by one rule, `shard_problem`.
+On disk `fields` are channels last, (N, T, *space, C) (`dynaforge.store.layout` converts). Whether a shard
+is complete is decided by one rule, `shard_problem`. This module imports no PyTorch: the torch-free ONNX
+rollout reads shards with it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-import torch
-from jaxtyping import Float
-from torch import Tensor
 
 from dynaforge.errors import DatasetError as DatasetError  # the store's error, importable here
 from dynaforge.seeds import SPLITS
@@ -71,31 +68,6 @@ def plan_shards(split_sizes: dict[str, int], shard_size: int) -> list[ShardSpec]
         for i in range(math.ceil(n / shard_size)):
             shards.append(ShardSpec(split, i, i * shard_size, min((i + 1) * shard_size, n)))
     return shards
-
-
-def channels_first_to_last(fields: Tensor, lead: int = 2) -> Tensor:
-    """(*lead, C, *space) -> (*lead, *space, C), the stored layout; `lead` leading axes (2: samples and
-    time; 1: time alone). A view, no copy."""
-    return torch.movedim(fields, lead, -1)
-
-
-def channels_last_to_first(fields: Tensor, lead: int = 2) -> Tensor:
-    """(*lead, *space, C) -> (*lead, C, *space), the layout of everything outside the store. A view."""
-    return torch.movedim(fields, -1, lead)
-
-
-def fields_to_disk(fields: Float[Tensor, "samples time channels *space"]) -> np.ndarray:
-    """A system's trajectories (N, T, C, *space), on any device, as the store writes them: a C-ordered
-    float32 numpy array (N, T, *space, C) on the host. The values are the same bytes."""
-    host = fields.detach().to(device="cpu", dtype=torch.float32)  # one transfer, of contiguous memory
-    return np.ascontiguousarray(channels_first_to_last(host).numpy())
-
-
-def fields_from_disk(fields: np.ndarray, lead: int = 2) -> Tensor:
-    """Stored fields (*lead, *space, C) as the float32 tensor (*lead, C, *space) on the host, the same bytes
-    (`lead` as in `channels_first_to_last`: 2 for (N, T, ...), 1 for one trajectory (T, ...))."""
-    values = torch.from_numpy(np.asarray(fields, dtype=np.float32))
-    return channels_last_to_first(values, lead).contiguous()
 
 
 def sample_sha256(fields: np.ndarray, params: np.ndarray) -> str:

@@ -31,10 +31,10 @@ from dynaforge.store.format import (
     READABLE_VERSIONS,
     DatasetError,
     SplitArrays,
-    fields_from_disk,
     shard_problem,
 )
 from dynaforge.store.interop import ForeignDataset
+from dynaforge.store.layout import fields_from_disk
 from dynaforge.store.stats import records_to_statistics, statistics_disagreement
 from dynaforge.systems.base import InitialStates
 

@@ -42,7 +42,6 @@ from dynaforge.store.format import (
     MANIFEST,
     DatasetError,
     ShardSpec,
-    fields_to_disk,
     plan_shards,
     read_record,
     sample_sha256,
@@ -50,6 +49,7 @@ from dynaforge.store.format import (
     shard_record,
 )
 from dynaforge.store.labels import label_shard
+from dynaforge.store.layout import fields_to_disk
 from dynaforge.store.stats import SampleMoments, records_to_statistics
 from dynaforge.systems import build_system
 from dynaforge.systems.base import SampleRows, System
