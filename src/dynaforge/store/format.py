@@ -141,7 +141,7 @@ def shard_problem(root: Path, record: dict[str, Any], thorough: bool = False) ->
     if not record.get("complete", True):
         return f"{path} is not complete in {root / MANIFEST} (generation unfinished)"
     if not path.is_file():
-        return f"{path} is listed in {root / MANIFEST} but missing"
+        return f"{path} is missing although its record lists it (deleted or moved)"
     size = path.stat().st_size
     if size != record.get("bytes"):
         return f"{path} has {size} bytes but its record says {record.get('bytes')} (truncated or modified)"
