@@ -56,8 +56,6 @@ from dynaforge.systems.base import SampleRows, System
 
 log = logging.getLogger(__name__)
 
-DATA_SECTIONS = ("system", "dataset")
-"""The config sections that determine a dataset's content."""
 IGNORED_DATASET_KEYS = ("batch_size", "device")
 """Keys that change how a dataset is produced, not what it holds; a rerun may change them."""
 
