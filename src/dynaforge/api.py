@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-import h5py
 import numpy as np
 import torch
 from jaxtyping import Float
@@ -40,7 +39,7 @@ from dynaforge.config import (
     load_config,
     resolve_device,
 )
-from dynaforge.data import Normalizer, fields_to_channels_first
+from dynaforge.data import Normalizer
 from dynaforge.evaluate import EvaluationResult
 from dynaforge.evaluate import evaluate as evaluate_run
 from dynaforge.evaluate.rollout import predict_physical
@@ -50,9 +49,8 @@ from dynaforge.generate import system_for
 from dynaforge.models import ModelShape, model_from_checkpoint
 from dynaforge.runs import load_checkpoint, run_folder
 from dynaforge.seeds import SPLITS, Rows
-from dynaforge.store import DatasetError, DatasetFolder, SplitArrays
-from dynaforge.store.format import AXIS_NAMES
-from dynaforge.store.reader import repair_hint, shard_shape_problem
+from dynaforge.store import DatasetFolder, SplitArrays
+from dynaforge.store.layout import fields_from_disk
 from dynaforge.store.to_xarray import split_to_xarray
 from dynaforge.store.writer import batches
 from dynaforge.train import TrainSummary
@@ -136,7 +134,7 @@ def simulate(
     start + i of the dataset that `dynaforge generate` writes from the same config and seed, bit for bit
     (on the same device). `n` defaults to the split's size in `config.dataset`, `seed` to
     `config.dataset.seed`, `device` to `config.dataset.device`. Returns `Samples`, fields
-    (n, time, channels, *space) float32.
+    (n, time, channels, *space) float32 on the device that generated them.
 
     >>> import dynaforge
     >>> sim = dynaforge.simulate("configs/tiny.yaml", n=2, split="test")
@@ -159,15 +157,17 @@ def simulate(
         with flush_denormals():  # as the writer does: subnormals are flushed in stored samples too
             parts.append(system.sample_rows(Rows(split, start + lo, start + hi, base_seed), where))
     params = np.concatenate([part.params for part in parts])
-    arrays = SplitArrays(
-        fields=np.concatenate([part.fields for part in parts]),
-        params=params,
+    return Samples(
+        fields=torch.cat([part.fields for part in parts]),  # (n, T, C, *space) on the generating device
+        params=torch.from_numpy(np.ascontiguousarray(params, dtype=np.float64)),
         param_names=tuple(system.parameter_names),
-        seeds=np.asarray(Rows(split, start, start + n, base_seed).seeds(), dtype=np.uint64),
-        time=parts[-1].time,
-        coords=system.coordinates(params),
+        time=torch.from_numpy(np.asarray(parts[-1].time, dtype=np.float64)),
+        grid={
+            axis: torch.from_numpy(np.asarray(values, dtype=np.float64))
+            for axis, values in system.coordinates(params).items()
+        },
+        seeds=tuple(int(seed) for seed in Rows(split, start, start + n, base_seed).seeds()),
     )
-    return split_to_samples(arrays)
 
 
 def generate(
@@ -418,7 +418,7 @@ def load_run(path: str | Path, *, checkpoint: Literal["best", "last"] = "best", 
 def split_to_samples(arrays: SplitArrays) -> Samples:
     """The store's arrays (fields channels last, numpy) as `Samples` (fields channels first, torch)."""
     return Samples(
-        fields=fields_to_channels_first(arrays.fields),
+        fields=fields_from_disk(arrays.fields),
         params=torch.from_numpy(np.ascontiguousarray(arrays.params, dtype=np.float64)),
         param_names=tuple(arrays.param_names),
         time=torch.from_numpy(np.asarray(arrays.time, dtype=np.float64)),
@@ -429,22 +429,7 @@ def split_to_samples(arrays: SplitArrays) -> Samples:
 
 def read_sample(folder: DatasetFolder, split: str, index: int) -> Sample:
     """Sample `index` of `split` from its shard alone, checked as `DatasetFolder.read_split` checks."""
-    record = next(r for r in folder.split_records(split) if r["start"] <= index < r["stop"])
-    path = folder.root / record["file"]
-    row = index - record["start"]
-    with h5py.File(path, "r") as h5:
-        if problem := shard_shape_problem(path, h5, record, folder.manifest["shape"]):
-            raise DatasetError(f"{problem}; {repair_hint(folder.root, folder.manifest)}")
-        names = tuple(n.decode() if isinstance(n, bytes) else str(n) for n in h5["param_names"][...])
-        axes = [str(a) for a in h5.attrs.get("axis_names", AXIS_NAMES)]
-        return Sample(
-            fields=fields_to_channels_first(h5["fields"][row][None])[0],
-            params=torch.from_numpy(np.asarray(h5["params"][row], dtype=np.float64)),
-            param_names=names,
-            time=torch.from_numpy(np.asarray(h5["time"][...], dtype=np.float64)),
-            grid={a: torch.from_numpy(np.asarray(h5[a][row], dtype=np.float64)) for a in axes if a in h5},
-            seed=int(h5["seeds"][row]),
-        )
+    return split_to_samples(folder.read_samples(split, index, index + 1)).sample(0)
 
 
 def expected_frames(shape: ModelShape) -> str:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 import torch
 
@@ -112,9 +112,18 @@ def machine_record(device: torch.device | str = "cpu") -> dict[str, Any]:
         "torch": torch.__version__,
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "numpy": np.__version__,
-        "h5py": h5py.__version__,
+        "h5py": package_version("h5py"),
         "device": device_name(device),
     }
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of distribution `name` (None when it is not installed), read from its metadata
+    without importing it (h5py belongs to the store; this module only names its version)."""
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def machine_summary(record: dict[str, Any]) -> str:

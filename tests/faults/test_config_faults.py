@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from dynaforge.config import ConfigError, Range, load_config
 from dynaforge.seeds import Rows
@@ -77,7 +78,7 @@ def test_non_finite_sample_with_a_parameter_out_of_range_names_the_parameter() -
     config.system.viscosity = Range(-0.5, -0.5)  # past the load checks, as a config edited in code would be
     fields = np.zeros((2, 3, 8, 1), dtype=np.float32)
     fields[1, 2, 4, 0] = np.inf
-    rows = SampleRows(fields, np.asarray([[1.0, -0.5], [1.0, -0.5]]), np.arange(3.0), {})
+    rows = SampleRows(torch.from_numpy(fields), np.asarray([[1.0, -0.5], [1.0, -0.5]]), np.arange(3.0), {})
     with pytest.raises(DatasetError) as error:
         check_finite(rows, Rows("val", 4, 6, 0), ("domain_length", "viscosity"), config)
     message = str(error.value)

@@ -10,9 +10,10 @@ import numpy as np
 from dynaforge.cli import main
 from dynaforge.config import load_config
 from dynaforge.seeds import sample_rng, sample_seed
-from dynaforge.store.reader import DatasetFolder, load_initial_from_store
+from dynaforge.store.reader import DatasetFolder
 from dynaforge.systems import build_system
 from dynaforge.systems.nbody.initial import orbital_elements
+from dynaforge.systems.nbody.system import channels_to_state
 
 TINY = str(Path(__file__).resolve().parents[2] / "configs" / "nbody_tiny.yaml")
 
@@ -33,7 +34,10 @@ def test_generate_stores_bodies_and_channels(tmp_path: Path) -> None:
     expected = np.broadcast_to(split.params[:, [names.index("eccentricity")]], e.shape)
     np.testing.assert_allclose(e, expected, rtol=0, atol=1e-4)  # adaptive steps, eta = 0.01: ~3e-5 measured
     # Initial conditions read back from the store are the drawn ones (to float32 storage).
-    x, v, params, param_names = load_initial_from_store(out, "val")
+    stored = DatasetFolder(out).initial_states("val")  # (N, 6, bodies): x, y, z, vx, vy, vz per body
+    state = channels_to_state(stored.initial)
+    x, v = state.positions.numpy(), state.velocities.numpy()
+    params, param_names = stored.params.numpy(), DatasetFolder(out).read_split("val").param_names
     config = load_config(TINY)
     drawn_params, drawn = build_system(config.system).draw_samples(
         [sample_rng(sample_seed(config.dataset.seed, "val", i)) for i in range(2)]

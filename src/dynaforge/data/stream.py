@@ -34,6 +34,7 @@ from dynaforge.config import Config
 from dynaforge.data.normalize import Normalizer
 from dynaforge.data.windows import Window, fields_to_channels_first
 from dynaforge.seeds import Rows
+from dynaforge.store.layout import fields_to_disk
 from dynaforge.store.stats import SampleMoments
 from dynaforge.systems import System
 
@@ -127,7 +128,7 @@ def generate_samples(
     system: System, base_seed: int, split: str, start: int, stop: int, device: torch.device
 ) -> np.ndarray:
     """Samples [start, stop) of `split`, (n, T, *space, C) float32: what the store's writer would write."""
-    return system.sample_rows(Rows(split, start, stop, base_seed), device).fields
+    return fields_to_disk(system.sample_rows(Rows(split, start, stop, base_seed), device).fields)
 
 
 def statistics_of(fields: np.ndarray) -> dict[str, list[float] | int]:

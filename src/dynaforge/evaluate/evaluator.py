@@ -22,7 +22,6 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import h5py
 import numpy as np
 import torch
 
@@ -303,16 +302,7 @@ hold: such a dataset still reads, trains and evaluates as it is, and its report 
 def channel_names(dataset: DatasetFolder, channels: int) -> tuple[str, ...]:
     """The dataset's channel names (its shards' `channel_names`, or what they hold where a former version
     recorded a placeholder: `FORMER_CHANNEL_NAMES`), `channel I` where none are recorded."""
-    names: list[str] = []
-    if dataset.foreign is not None:
-        names = list(dataset.foreign.layout.channel_names)
-    else:
-        paths = dataset.shard_paths("test")
-        if paths:
-            with h5py.File(paths[0], "r") as h5:
-                names = [
-                    n.decode() if isinstance(n, bytes) else str(n) for n in h5.attrs.get("channel_names", [])
-                ]
+    names = list(dataset.channel_names)
     if len(names) != channels:
         names = [f"channel {i}" for i in range(channels)]
     return FORMER_CHANNEL_NAMES.get((dataset.system, tuple(names)), tuple(names))

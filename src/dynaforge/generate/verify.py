@@ -17,7 +17,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import h5py
 import numpy as np
 import torch
 
@@ -26,6 +25,7 @@ from dynaforge.generate.stage import system_for
 from dynaforge.machine import machine_record
 from dynaforge.seeds import Rows
 from dynaforge.store.format import DatasetError, sample_sha256
+from dynaforge.store.layout import fields_to_disk
 from dynaforge.store.reader import DatasetFolder
 from dynaforge.systems.base import SampleRows
 
@@ -156,20 +156,13 @@ def compare_rows(
     wanted: list[int],
     tolerance: float | None,
 ) -> Iterator[SampleCheck]:
-    records = {
-        (r["start"], r["stop"]): r
-        for r in folder.manifest["shards"]
-        if r["split"] == split and r.get("complete")
-    }
+    regenerated = fields_to_disk(rows.fields)  # compared in the stored layout, byte for byte
     for index in wanted:
-        (lo, _), record = next((span, r) for span, r in records.items() if span[0] <= index < span[1])
-        with h5py.File(folder.root / record["file"], "r") as h5:
-            local = index - lo
-            stored = {"fields": h5["fields"][local], "params": h5["params"][local]}
-            for name in rows.extras:
-                stored[name] = h5[name][local] if name in h5 else None
+        record = folder.record_of(split, index)
+        local = index - record["start"]
+        stored = folder.stored_arrays(split, index, ("fields", "params", *rows.extras))
         row = index - start
-        fresh = {"fields": rows.fields[row], "params": rows.params[row]}
+        fresh = {"fields": regenerated[row], "params": rows.params[row]}
         fresh.update({name: values[row] for name, values in rows.extras.items()})
         differing = tuple(
             name

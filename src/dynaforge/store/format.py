@@ -8,12 +8,15 @@ A dataset folder:
     train/shard-00000.json    the completion record of that shard, written atomically after it
     val/...  test/...
 
-Readers trust a shard only when the manifest lists it as complete and its size matches.
+On disk `fields` are channels last, (N, T, *space, C) (`dynaforge.store.layout` converts). Whether a shard
+is complete is decided by one rule, `shard_problem`. This module imports no PyTorch: the torch-free ONNX
+rollout reads shards with it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -108,3 +111,45 @@ def shard_record(shard: ShardSpec, written: Path, moments: dict[str, Any]) -> di
         "sha256": file_sha256(written),
         "moments": moments,
     }
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """A shard's completion record (`shard.record`), or None where there is none or it is not valid JSON."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def record_is_finite(record: dict[str, Any]) -> bool:
+    """Whether a shard record's moments are all finite (a shard holding NaN or Inf is never complete)."""
+    moments = record.get("moments", {})
+    return all(math.isfinite(v) for key in ("mean", "m2", "min", "max") for v in moments.get(key, []))
+
+
+def shard_problem(root: Path, record: dict[str, Any], thorough: bool = False) -> str | None:
+    """Why the shard `record` describes is not complete, or None when it is: the one rule of the store.
+
+    `record` is a shard's completion record (`shard.record`) or its manifest entry (which adds `complete`).
+    A shard is complete when its record does not say otherwise (`complete` false: generation unfinished),
+    its file exists with the size the record gives, the record's moments are finite, and, when `thorough`,
+    the file's SHA-256 is the record's. Without `thorough` the check is a `stat` (what opening a folder or
+    rebuilding a manifest affords for every shard); with it, one pass over the file's bytes (what resuming
+    a generation, the first read of a shard and `inspect` do).
+    """
+    path = root / record["file"]
+    if not record.get("complete", True):
+        return f"{path} is not complete in {root / MANIFEST} (generation unfinished)"
+    if not path.is_file():
+        return f"{path} is missing although its record lists it (deleted or moved)"
+    size = path.stat().st_size
+    if size != record.get("bytes"):
+        return f"{path} has {size} bytes but its record says {record.get('bytes')} (truncated or modified)"
+    if not record_is_finite(record):
+        return f"{path} holds NaN or Inf (its record's moments)"
+    if thorough and file_sha256(path) != record.get("sha256"):
+        return (
+            f"{path}: SHA-256 differs from the one its record holds (the file was modified or damaged after "
+            "it was written)"
+        )
+    return None

@@ -17,6 +17,9 @@ from typing import Any
 
 import h5py
 import numpy as np
+import torch
+from jaxtyping import Float
+from torch import Tensor
 
 from dynaforge.config import Config, ConfigError, load_config
 from dynaforge.errors import Blank, command
@@ -28,10 +31,12 @@ from dynaforge.store.format import (
     READABLE_VERSIONS,
     DatasetError,
     SplitArrays,
-    file_sha256,
+    shard_problem,
 )
 from dynaforge.store.interop import ForeignDataset
+from dynaforge.store.layout import fields_from_disk
 from dynaforge.store.stats import records_to_statistics, statistics_disagreement
+from dynaforge.systems.base import InitialStates
 
 
 class DatasetFolder:
@@ -57,14 +62,13 @@ class DatasetFolder:
                 f"finish it with `{command('generate', self.root / CONFIG, out=self.root)}`"
             )
         problems = manifest_problems(self.root, self.manifest) + [
-            problem
-            for record in self.manifest["shards"]
-            if (problem := shard_file_problem(self.root, record))
+            problem for record in self.manifest["shards"] if (problem := shard_problem(self.root, record))
         ]
         if problems:
             raise DatasetError(f"{problems[0]}; {repair_hint(self.root, self.manifest)}")
         self.verified: set[str] = set()
-        """Shards whose SHA-256 matched their record when this object first read them."""
+        """Shards whose SHA-256 matched their record when this object first read them (one pass over
+        each shard's bytes, once: the cost is measured in docs/format.md)."""
 
     @property
     def config(self) -> Config:
@@ -106,9 +110,10 @@ class DatasetFolder:
             (s for s in self.manifest["shards"] if s["split"] == split), key=lambda s: s["start"]
         )
         for record in records:
-            problem = shard_file_problem(self.root, record) or self.checksum_problem(record)
+            problem = shard_problem(self.root, record, thorough=record["file"] not in self.verified)
             if problem:
                 raise DatasetError(f"{problem}; {repair_hint(self.root, self.manifest)}")
+            self.verified.add(record["file"])
         return records
 
     def verify_shards(self) -> None:
@@ -118,20 +123,6 @@ class DatasetFolder:
         if self.foreign is None:
             for split in SPLITS:
                 self.split_records(split)
-
-    def checksum_problem(self, record: dict[str, Any]) -> str | None:
-        """The shard's SHA-256 against its record, hashed the first time this object reads the shard (one
-        pass over its bytes; the cost is measured in docs/format.md)."""
-        if record["file"] in self.verified:
-            return None
-        path = self.root / record["file"]
-        if file_sha256(path) != record.get("sha256"):
-            return (
-                f"{path}: its SHA-256 differs from the one {self.root / MANIFEST} records for it "
-                "(the file was modified or damaged after it was written)"
-            )
-        self.verified.add(record["file"])
-        return None
 
     def trajectory_reader(self, split: str) -> TrajectoryReader:
         """The split's trajectories read one at a time, never the whole split (see `TrajectoryReader`)."""
@@ -150,7 +141,8 @@ class DatasetFolder:
         return self.split_size(split) * shape["frames"] * math.prod(shape["space"]) * shape["channels"] * 4
 
     def read_split(self, split: str, samples: int | None = None) -> SplitArrays:
-        """The split's samples in order, all of them or the first `samples` (only their shards are read)."""
+        """The split's samples in order, all of them or the first `samples` (only their shards are read);
+        fields in the stored layout (N, T, *space, C) float32."""
         if samples is not None and not 1 <= samples <= self.split_size(split):
             raise DatasetError(
                 f"{samples} samples asked of split {split!r} of {self.root}, which holds "
@@ -158,27 +150,47 @@ class DatasetFolder:
             )
         if self.foreign is not None:
             return self.foreign.read_split(split, samples)
+        return self.read_samples(split, 0, self.split_size(split) if samples is None else samples)
+
+    def split_frames(
+        self, split: str, samples: int | None = None
+    ) -> Float[Tensor, "samples time channels *space"]:
+        """The split's trajectories (all, or the first `samples`), channels first (N, T, C, *space) float32
+        on the host: what `read_split` reads, in the layout of everything outside the store."""
+        return fields_from_disk(self.read_split(split, samples).fields)
+
+    def read_samples(self, split: str, start: int, stop: int) -> SplitArrays:
+        """Samples [start, stop) of a split of this folder, from the shards that hold them, each shard's
+        arrays checked against the manifest's shape; fields in the stored layout."""
+        if self.split_size(split) == 0:
+            raise DatasetError(f"split {split!r} of {self.root} has no samples")
+        if not 0 <= start < stop <= self.split_size(split):
+            raise DatasetError(
+                f"samples [{start}, {stop}) asked of split {split!r} of {self.root}, which holds "
+                f"[0, {self.split_size(split)})"
+            )
         parts: dict[str, list[np.ndarray]] = {"fields": [], "params": [], "seeds": []}
         coords: dict[str, list[np.ndarray]] = {}
         time, names = None, None
-        left = self.split_size(split) if samples is None else samples
         for record in self.split_records(split):
-            if left == 0:
-                break
+            lo, hi = (
+                max(start, record["start"]) - record["start"],
+                min(stop, record["stop"]) - record["start"],
+            )
+            if lo >= hi:
+                continue
             path = self.root / record["file"]
             with h5py.File(path, "r") as h5:
                 if problem := shard_shape_problem(path, h5, record, self.manifest["shape"]):
                     raise DatasetError(f"{problem}; {repair_hint(self.root, self.manifest)}")
-                take = min(left, record["stop"] - record["start"])
                 for key in parts:
-                    parts[key].append(h5[key][:take])
+                    parts[key].append(h5[key][lo:hi])
                 for axis in [str(a) for a in h5.attrs.get("axis_names", AXIS_NAMES)]:
                     if axis in h5:
-                        coords.setdefault(axis, []).append(h5[axis][:take])
+                        coords.setdefault(axis, []).append(h5[axis][lo:hi])
                 time = h5["time"][...]
-                names = tuple(n.decode() if isinstance(n, bytes) else str(n) for n in h5["param_names"][...])
-                left -= take
-        if time is None:
+                names = decoded(h5["param_names"][...])
+        if time is None or names is None:
             raise DatasetError(f"split {split!r} of {self.root} has no samples")
         return SplitArrays(
             fields=np.concatenate(parts["fields"]),
@@ -188,6 +200,49 @@ class DatasetFolder:
             time=time,
             coords={axis: np.concatenate(v) for axis, v in coords.items()},
         )
+
+    def stored_arrays(self, split: str, index: int, names: tuple[str, ...]) -> dict[str, np.ndarray | None]:
+        """The arrays `names` (`fields`, `params`, a system's extras) of sample `index` of a split exactly as
+        its shard stores them (fields channels last), None for a name the shard lacks: what `verify`
+        compares regenerated samples with, byte for byte."""
+        record = self.record_of(split, index)
+        with h5py.File(self.root / record["file"], "r") as h5:
+            row = index - record["start"]
+            return {name: h5[name][row] if name in h5 else None for name in names}
+
+    def record_of(self, split: str, index: int) -> dict[str, Any]:
+        """The manifest's record of the shard that holds sample `index` of `split`."""
+        for record in self.manifest["shards"]:
+            if record["split"] == split and record["start"] <= index < record["stop"]:
+                return record
+        raise DatasetError(f"no shard of {self.root} holds sample {index} of split {split!r}")
+
+    @property
+    def channel_names(self) -> tuple[str, ...]:
+        """The channel names the data records, from its first shard's attributes (empty where none are
+        recorded: shards of older versions)."""
+        if self.foreign is not None:
+            return tuple(self.foreign.layout.channel_names)
+        if not self.manifest["shards"]:
+            return ()
+        with h5py.File(self.root / self.manifest["shards"][0]["file"], "r") as h5:
+            return decoded(h5.attrs.get("channel_names", []))
+
+    def initial_states(self, split: str, frame: int = 0) -> InitialStates:
+        """Frame `frame` of every sample of a split as the states a system rolls out from
+        (`System` rollouts take `InitialStates`): params (N, P) and states (N, C, *space), float64 (the
+        store keeps float32 frames; frame 0 holds the initial conditions)."""
+        arrays = self.read_split(split)
+        states = fields_from_disk(arrays.fields[:, frame], lead=1)  # (N, C, *space)
+        return InitialStates(
+            params=torch.from_numpy(np.asarray(arrays.params, dtype=np.float64)),
+            initial=states.to(torch.float64),
+        )
+
+
+def decoded(values: Any) -> tuple[str, ...]:
+    """HDF5 strings (bytes or str) as a tuple of str."""
+    return tuple(v.decode() if isinstance(v, bytes) else str(v) for v in values)
 
 
 def read_manifest(root: Path) -> dict[str, Any]:
@@ -261,21 +316,6 @@ def manifest_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
     return problems
 
 
-def shard_file_problem(root: Path, record: dict[str, Any]) -> str | None:
-    """A listed shard that is not complete, missing, or of another size than its record says (a `stat`)."""
-    path = root / record["file"]
-    if not record.get("complete"):
-        return f"{path} is not complete in {root / MANIFEST} (generation unfinished)"
-    if not path.is_file():
-        return f"{path} is listed in {root / MANIFEST} but missing"
-    if path.stat().st_size != record["bytes"]:
-        return (
-            f"{path} has {path.stat().st_size} bytes but {root / MANIFEST} records {record['bytes']} "
-            "(truncated or modified)"
-        )
-    return None
-
-
 def shard_shape_problem(
     path: Path, h5: h5py.File, record: dict[str, Any], shape: dict[str, Any]
 ) -> str | None:
@@ -308,19 +348,6 @@ def repair_hint(root: Path, manifest: dict[str, Any]) -> str:
     )
 
 
-def load_initial_from_store(
-    folder: str | Path, split: str = "test", frame: int = 0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
-    """Positions and velocities (N, bodies, 3), params (N, P) and parameter names of one frame of an
-    N-body dataset folder (the initial conditions with frame 0; the store keeps float32 states)."""
-    dataset = DatasetFolder(folder)
-    if dataset.system != "nbody":
-        raise ValueError(f"{folder} holds a {dataset.system!r} dataset, not an N-body one")
-    arrays = dataset.read_split(split)
-    states = arrays.fields[:, frame].astype(np.float64)  # (N, bodies, 6)
-    return states[..., :3], states[..., 3:], arrays.params, arrays.param_names
-
-
 OPEN_SHARDS = 256
 """Shard files a `TrajectoryReader` keeps open at once (least recently used closed first): well under the
 usual limit of 1,024 open files per process, whatever the number of shards. An open shard holds about
@@ -330,7 +357,8 @@ epoch's blocks draw trajectories from every shard)."""
 
 
 class TrajectoryReader:
-    """One split's trajectories, read one at a time from HDF5: `read(i)` is sample i, (T, *space, C) float32.
+    """One split's trajectories, read one at a time from HDF5: `frames(i)` is sample i, (T, C, *space)
+    float32 (`read(i)` the same in the stored layout, (T, *space, C)).
 
     It holds file names only, so it pickles into DataLoader workers; each process opens its own handles the
     first time it reads (never across a fork: a handle opened before one is dropped). A shard's chunks
@@ -379,7 +407,12 @@ class TrajectoryReader:
         self.handles[path] = h5
         return h5
 
+    def frames(self, index: int) -> Float[Tensor, "time channels *space"]:
+        """Trajectory `index`, channels first (T, C, *space) float32 on the host."""
+        return fields_from_disk(self.read(index), lead=1)
+
     def read(self, index: int) -> np.ndarray:
+        """Trajectory `index` in the stored layout (T, *space, C) float32."""
         if not 0 <= index < self.size:
             raise IndexError(f"sample {index} out of range [0, {self.size})")
         if self.foreign is not None:

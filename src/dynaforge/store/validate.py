@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import h5py
 import numpy as np
 
-from dynaforge.store.format import AXIS_NAMES, CONFIG, DatasetError, file_sha256
+from dynaforge.store.format import AXIS_NAMES, CONFIG, DatasetError, shard_problem
 from dynaforge.store.labels import unlabelled_dimensions
 from dynaforge.store.reader import manifest_problems, read_manifest
 
@@ -41,21 +41,8 @@ def validate_dataset(root: str | Path, checksums: bool = True) -> Validation:
     for record in manifest["shards"]:
         listed.add(record["file"])
         path = root / record["file"]
-        if not record.get("complete"):
-            errors.append(
-                f"{record['file']}: not complete (generation unfinished); rerun `dynaforge generate` with the same config"
-            )
-            continue
-        if not path.exists():
-            errors.append(f"{record['file']}: listed as complete but missing")
-            continue
-        if path.stat().st_size != record["bytes"]:
-            errors.append(
-                f"{record['file']}: {path.stat().st_size} bytes, manifest says {record['bytes']} (truncated or modified)"
-            )
-            continue
-        if checksums and file_sha256(path) != record["sha256"]:
-            errors.append(f"{record['file']}: SHA-256 differs from the manifest (corrupt or modified)")
+        if problem := shard_problem(root, record, thorough=checksums):
+            errors.append(problem)
             continue
         try:
             check_shard(path, record, shape, param_ranges)

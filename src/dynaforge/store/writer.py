@@ -13,7 +13,6 @@ import contextlib
 import fcntl
 import json
 import logging
-import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,14 +25,11 @@ import dynaforge
 from dynaforge.atomic import atomic_path, atomic_write_json, check_output_folder
 from dynaforge.config import (
     Config,
-    NBodyConfig,
-    RandomCNNConfig,
     config_differences,
     config_to_dict,
     config_to_yaml,
     field_check,
     load_config,
-    resolve_device,
     save_config,
 )
 from dynaforge.errors import OUT
@@ -46,36 +42,34 @@ from dynaforge.store.format import (
     MANIFEST,
     DatasetError,
     ShardSpec,
-    file_sha256,
     plan_shards,
+    read_record,
     sample_sha256,
+    shard_problem,
     shard_record,
 )
 from dynaforge.store.labels import label_shard
+from dynaforge.store.layout import fields_to_disk
 from dynaforge.store.stats import SampleMoments, records_to_statistics
+from dynaforge.systems import build_system
 from dynaforge.systems.base import SampleRows, System
-from dynaforge.systems.random_cnn.grouped import conv_precision
 
 log = logging.getLogger(__name__)
 
-DATA_SECTIONS = ("system", "dataset")
-"""The config sections that determine a dataset's content."""
 IGNORED_DATASET_KEYS = ("batch_size", "device")
 """Keys that change how a dataset is produced, not what it holds; a rerun may change them."""
 
 
 def identity_of(config: Config) -> dict[str, Any]:
-    """The part of a config that determines a dataset's arrays. A random CNN's `precision: auto` is
-    written as the precision it resolves to on this machine's generation device, since the arrays depend
-    on it: a dataset begun with float32 convolutions is not resumed with bfloat16 ones on a machine of
-    another kind (the difference is named), and `verify` regenerates with the precision recorded."""
-    data = {name: config_to_dict(getattr(config, name)) for name in DATA_SECTIONS}
+    """The part of a config that determines a dataset's arrays: the dataset section less the keys that only
+    change how it is produced, and the system's own account of its config on the generation device
+    (`System.config_identity`: a random CNN's `precision: auto` is written as the precision it resolves
+    to there, so a dataset begun with float32 convolutions is not resumed with bfloat16 ones on a machine
+    of another kind, and `verify` regenerates with the precision recorded)."""
+    data = {"dataset": config_to_dict(config.dataset)}
     for key in IGNORED_DATASET_KEYS:
         data["dataset"].pop(key, None)
-    system = data["system"]
-    if system.get("name") == "random_cnn" and system.get("precision") == "auto":
-        system["precision"] = conv_precision(config.system, resolve_device(config.dataset.device))
-    return data
+    return {"system": build_system(config.system).config_identity(config.dataset.device), **data}
 
 
 def prepare_folder(root: Path, config: Config) -> None:
@@ -115,28 +109,17 @@ def prepare_folder(root: Path, config: Config) -> None:
 
 
 def shard_is_complete(root: Path, shard: ShardSpec) -> bool:
-    """True when the shard's record exists and its file matches the recorded size and checksum."""
-    record_path, file_path = root / shard.record, root / shard.file
-    if not record_path.exists() or not file_path.exists():
+    """Whether a rerun may keep the shard: its record exists and `shard_problem` finds nothing, checksum
+    included (a shard modified or damaged since it was written is regenerated)."""
+    record = read_record(root / shard.record)
+    if record is None:
+        if (root / shard.record).exists():
+            log.warning("record %s is damaged; regenerating the shard", root / shard.record)
         return False
-    try:
-        record = json.loads(record_path.read_text())
-    except json.JSONDecodeError:
-        log.warning("record %s is damaged; regenerating the shard", record_path)
-        return False
-    if record.get("bytes") != file_path.stat().st_size or record.get("sha256") != file_sha256(file_path):
-        log.warning("shard %s does not match its record (corrupt or modified); regenerating it", file_path)
-        return False
-    if not record_is_finite(record):
-        log.warning("shard %s holds NaN or Inf (its record's moments); regenerating it", file_path)
-        return False
-    return True
-
-
-def record_is_finite(record: dict[str, Any]) -> bool:
-    """Whether a shard record's moments are all finite (a shard holding NaN or Inf is never complete)."""
-    moments = record.get("moments", {})
-    return all(math.isfinite(v) for key in ("mean", "m2", "min", "max") for v in moments.get(key, []))
+    problem = shard_problem(root, record | {"file": shard.file}, thorough=True)
+    if problem is not None:
+        log.warning("%s; regenerating the shard", problem)
+    return problem is None
 
 
 def write_shard(
@@ -178,11 +161,12 @@ def write_shard(
                     wanted = Rows(shard.split, shard.start + lo, shard.start + hi, config.dataset.seed)
                     rows = system.sample_rows(wanted, device, on_steps)
                 check_finite(rows, wanted, system.parameter_names, config)
-                fields[lo:hi] = rows.fields
+                stored = fields_to_disk(rows.fields)  # (rows, T, *space, C) float32, the disk layout
+                fields[lo:hi] = stored
                 params[lo:hi] = rows.params
                 write_extras(h5, rows.extras, lo, hi, shard.size)
-                moments = moments.extended(SampleMoments.of(rows.fields))
-                hashes += [sample_sha256(f, p) for f, p in zip(rows.fields, rows.params, strict=True)]
+                moments = moments.extended(SampleMoments.of(stored))
+                hashes += [sample_sha256(f, p) for f, p in zip(stored, rows.params, strict=True)]
             write_coordinates(h5, system, params[...])
             h5.create_dataset("time", data=rows.time)
             label_shard(h5, system.name, tuple(system.axis_names), tuple(system.channel_names))
@@ -201,7 +185,7 @@ def write_shard(
 def check_finite(rows: SampleRows, wanted: Rows, names: tuple[str, ...], config: Config) -> None:
     """Stop generation at the first sample of a batch holding NaN or Inf, before anything of its shard is
     kept: a `DatasetError` naming the sample, its parameters and the likely cause."""
-    finite = np.isfinite(rows.fields.reshape(len(rows.fields), -1)).all(axis=1)
+    finite = torch.isfinite(rows.fields.flatten(1)).all(dim=1).cpu().numpy()
     finite &= np.isfinite(rows.params).all(axis=1)
     if finite.all():
         return
@@ -215,27 +199,15 @@ def check_finite(rows: SampleRows, wanted: Rows, names: tuple[str, ...], config:
 
 
 def non_finite_cause(config: Config, params: dict[str, float]) -> str:
-    """The likely reason a sample with these parameters diverged, and the fix."""
-    system = config.system
+    """The likely reason a sample with these parameters diverged, and the fix: a parameter outside the
+    physical range its config field declares, else what the system says (`System.divergence_cause`)."""
     for name, value in params.items():
-        check = field_check(type(system), name)
+        check = field_check(type(config.system), name)
         if check is not None and not check.allows(value):
             return (
                 f"system.{name}={value:.6g} is outside its physical range ({name} must be {check.describe()})"
             )
-    if isinstance(system, NBodyConfig):
-        return (
-            f"system.dt={system.dt:g} may be too large for a close encounter; reduce system.dt, raise "
-            "system.softening or use system.control.kind=adaptive"
-        )
-    if isinstance(system, RandomCNNConfig):
-        return "the sampled operator diverged; lower system.space.weight_gain.high or system.space.residual_dt.high"
-    spacing = system.domain_length.high / system.resolution
-    return (
-        f"system.dt={system.dt:g} may be too large for the order-{system.order} ETDRK scheme at resolution "
-        f"{system.resolution} (grid spacing {spacing:.3g}; its nonlinear term is explicit); reduce system.dt "
-        "or raise system.resolution"
-    )
+    return build_system(config.system).divergence_cause()
 
 
 def write_extras(h5: h5py.File, extras: dict[str, np.ndarray], lo: int, hi: int, size: int) -> None:
@@ -276,12 +248,9 @@ def update_manifest(root: Path, config: Config, system: System) -> dict[str, Any
         shards = plan_shards(config.dataset.split_sizes(), config.dataset.shard_size)
         records = {}
         for shard in shards:
-            path = root / shard.record
-            if path.exists() and (root / shard.file).exists():
-                with contextlib.suppress(json.JSONDecodeError):
-                    record = json.loads(path.read_text())
-                    if record.get("bytes") == (root / shard.file).stat().st_size and record_is_finite(record):
-                        records[shard.file] = record
+            record = read_record(root / shard.record)
+            if record is not None and shard_problem(root, record | {"file": shard.file}) is None:
+                records[shard.file] = record
         complete = len(records) == len(shards)
         machines = []
         for record in records.values():

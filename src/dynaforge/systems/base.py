@@ -4,6 +4,11 @@ A system names its arrays (parameters, channels, axes), draws each sample from t
 gives, and turns samples [start, stop) of a split into the rows the store keeps (`sample_rows`); whatever
 the batch, the shard split or the thread count, a sample's rows are the same bytes
 (`systems/batching.py`). Results are NamedTuples.
+
+Layout: a trajectory is channels first, (samples, time, channels, *space), float32, on the device that made
+it, from the simulator to the training batch; only the store converts it to and from its on-disk layout
+(`dynaforge.store.format.fields_to_disk`). For the N-body system "space" is the body axis:
+(samples, time, 6, bodies).
 """
 
 from __future__ import annotations
@@ -16,16 +21,17 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from dynaforge.config import config_to_dict
 from dynaforge.seeds import Rows, sample_rng
 
 AXIS_NAMES = ("x", "y", "z")
 
 
 class SampleRows(NamedTuple):
-    """Samples [start, stop) of a split as the store keeps them."""
+    """Samples [start, stop) of a split: what the store writes and a stream trains on."""
 
-    fields: np.ndarray
-    """(rows, T, *space, C) float32, channels last."""
+    fields: Float[Tensor, "rows time channels *space"]
+    """(rows, T, C, *space) float32, channels first, on the device that generated it."""
     params: np.ndarray
     """(rows, P) float64, columns `parameter_names`."""
     time: np.ndarray
@@ -79,6 +85,30 @@ class System(Protocol):
 
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]: ...
 
+    def config_identity(self, device: str) -> dict[str, Any]: ...
+
+    def divergence_cause(self) -> str: ...
+
+
+class SystemBase:
+    """The class every system derives from; it gives the `System` members that most systems share.
+
+    - `config_identity(device)`: the system's config as it determines the arrays generated on `device`
+      (a device name of `dataset.device`, `auto` included), which a dataset's manifest records as its
+      identity. Default: the config as it is. A system whose arrays depend on the device beyond the last
+      bits (random CNN: `precision: auto`) writes what the setting resolves to there.
+    - `divergence_cause()`: the likely reason a rollout produced NaN or Inf when every parameter is inside
+      its declared range, and the fix, for the store's error message.
+    """
+
+    config: Any
+
+    def config_identity(self, device: str) -> dict[str, Any]:
+        return config_to_dict(self.config)
+
+    def divergence_cause(self) -> str:
+        return f"the rollout diverged; reduce system.dt (now {self.config.dt:g})"
+
 
 def default_channel_names(channels: int) -> tuple[str, ...]:
     """u for one channel, u0, u1, ... for several."""
@@ -90,11 +120,6 @@ def grid_coordinates(shape: Sequence[int], lengths: np.ndarray) -> dict[str, np.
     return {AXIS_NAMES[axis]: lengths[:, None] * (np.arange(n) / n)[None, :] for axis, n in enumerate(shape)}
 
 
-def channels_first_to_last(fields: Tensor) -> Tensor:
-    """(batch, time, channels, *space) -> (batch, time, *space, channels), the stored layout."""
-    return torch.movedim(fields, 2, -1)
-
-
 def rows_from_seeds(
     draw: Callable[[Sequence[np.random.Generator]], InitialStates],
     rollout: Callable[..., Trajectories],
@@ -103,8 +128,8 @@ def rows_from_seeds(
     on_steps: Callable[[int], Any] | None = None,
 ) -> SampleRows:
     """`rows` for a system that draws each sample from its seed and rolls a batch out: the drawing and the
-    rollout of `SpectralSystem` and `NBody`."""
+    rollout of `SpectralSystem` and `NBody`. The fields stay where the rollout left them (`device`)."""
     drawn = draw([sample_rng(seed) for seed in rows.seeds()])
     result = rollout(drawn.initial.to(device), drawn.params.to(device), on_step=on_steps)
-    fields = channels_first_to_last(result.fields).cpu().numpy().astype(np.float32)
-    return SampleRows(fields, drawn.params.numpy(), result.time.numpy(), {})
+    fields = result.fields.to(torch.float32)  # (rows, T, C, *space), rounded to float32 where it was made
+    return SampleRows(fields, drawn.params.numpy(), result.time.cpu().numpy(), {})

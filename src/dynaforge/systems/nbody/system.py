@@ -1,7 +1,7 @@
 """The N-body system behind `dynaforge generate`: draws systems, rolls them out in blocks, returns frames.
 
-Dataset layout: fields (batch, time, channels, bodies) with channels (x, y, z, vx, vy, vz); the store
-keeps them channels last, (N, T, bodies, 6). Conventions of the physics: `dynaforge.systems.nbody.physics`.
+Dataset layout: fields (batch, time, channels, bodies) with channels (x, y, z, vx, vy, vz), the body axis in
+the place of space (channels first, like every system's); the store keeps them channels last, (N, T, bodies, 6). Conventions of the physics: `dynaforge.systems.nbody.physics`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from torch import Tensor
 
 from dynaforge.config import NBodyConfig
 from dynaforge.seeds import Rows
-from dynaforge.systems.base import InitialStates, SampleRows, Trajectories, rows_from_seeds
+from dynaforge.systems.base import InitialStates, SampleRows, SystemBase, Trajectories, rows_from_seeds
 from dynaforge.systems.batching import LANES, block_samples, pad_rows, sample_blocks
 from dynaforge.systems.nbody.control import StepController, build_controller, rollout_to_times
 from dynaforge.systems.nbody.initial import draw_system
@@ -48,7 +48,7 @@ def channels_to_state(fields: Float[Tensor, "batch 6 bodies"]) -> BodyState:
     return BodyState(per_body[..., :3], per_body[..., 3:])
 
 
-class NBody:
+class NBody(SystemBase):
     """The N-body system behind `dynaforge generate` (same contract as `SpectralSystem`).
 
     Parameter columns: mass_0 .. mass_{n-1}, softening, external_mass, external_x, external_y,
@@ -109,6 +109,12 @@ class NBody:
 
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
         return {}
+
+    def divergence_cause(self) -> str:
+        return (
+            f"system.dt={self.config.dt:g} may be too large for a close encounter; reduce system.dt, raise "
+            "system.softening or use system.control.kind=adaptive"
+        )
 
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """The body axis's coordinate per sample: the body index (N, bodies)."""

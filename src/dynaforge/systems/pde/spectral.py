@@ -36,6 +36,7 @@ from dynaforge.seeds import Rows
 from dynaforge.systems.base import (
     InitialStates,
     SampleRows,
+    SystemBase,
     Trajectories,
     default_channel_names,
     grid_coordinates,
@@ -128,7 +129,7 @@ larger block would mostly step copies for small batches, while the per-call work
 at 128 samples (docs/reproducibility.md)."""
 
 
-class SpectralSystem:
+class SpectralSystem(SystemBase):
     """A batched pseudo-spectral solver for u_t = L u + N(u); see the module docstring for conventions.
 
     Subclasses set `name`, `config_class`, `channels`, and implement `operators`, which returns the
@@ -237,6 +238,15 @@ class SpectralSystem:
 
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
         return {}
+
+    def divergence_cause(self) -> str:
+        config = self.config
+        spacing = config.domain_length.high / config.resolution
+        return (
+            f"system.dt={config.dt:g} may be too large for the order-{config.order} ETDRK scheme at resolution "
+            f"{config.resolution} (grid spacing {spacing:.3g}; its nonlinear term is explicit); reduce system.dt "
+            "or raise system.resolution"
+        )
 
     # ---- stepping -------------------------------------------------------------------------------
 

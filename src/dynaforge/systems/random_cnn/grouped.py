@@ -218,10 +218,11 @@ def generate_operators(
     return operators_grouped(batch, config, device, on_step)
 
 
-def empty_frames(count: int, config: RandomCNNConfig) -> Tensor:
-    """The (K, M, T, C, n, n) float32 trajectory buffer of `count` operators, on the CPU."""
+def empty_frames(count: int, config: RandomCNNConfig, device: torch.device) -> Tensor:
+    """The (K, M, T, C, n, n) float32 trajectory buffer of `count` operators, on `device` (trajectories stay
+    on the device that makes them)."""
     shape = (count, config.realizations, config.n_frames, config.channels, *(config.resolution,) * 2)
-    return torch.empty(shape, dtype=torch.float32)
+    return torch.empty(shape, dtype=torch.float32, device=device)
 
 
 def operators_one_at_a_time(
@@ -233,7 +234,7 @@ def operators_one_at_a_time(
     """Each operator alone (its M realizations together) on one intra-op thread of the CPU, operators side
     by side on the allowed threads (`dynaforge.threads`): an operator's trajectories do not depend on the
     batch it is generated in or on the thread count."""
-    frames = empty_frames(len(batch.ops), config)
+    frames = empty_frames(len(batch.ops), config, device)
     report = serialised(on_step)
 
     def run_operator(i: int) -> None:
@@ -258,7 +259,7 @@ def operators_grouped(
     out-of-memory, the noise replayed)."""
     count = len(batch.ops)
     m = config.realizations
-    frames = empty_frames(count, config)
+    frames = empty_frames(count, config, device)
     dtype = conv_dtype(config, device)
     by_arch: dict[Architecture, list[int]] = {}
     for i, op in enumerate(batch.ops):
@@ -297,6 +298,6 @@ def operators_grouped(
                         g.set_state(state)
                 continue
             if direct is None:
-                frames[chunk] = result.cpu()
+                frames[chunk] = result
             start += len(chunk)
     return frames

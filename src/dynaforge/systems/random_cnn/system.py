@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from dynaforge.config import ConfigError, InitialConfig, RandomCNNConfig
+from dynaforge.config import ConfigError, InitialConfig, RandomCNNConfig, config_to_dict, resolve_device
 from dynaforge.seeds import SPLIT_IDS, Rows, sample_seed
-from dynaforge.systems.base import SampleRows, default_channel_names, grid_coordinates
+from dynaforge.systems.base import SampleRows, SystemBase, default_channel_names, grid_coordinates
 from dynaforge.systems.pde.spectral import draw_initial_field
 from dynaforge.systems.random_cnn.features import feature_names, trajectory_features
 from dynaforge.systems.random_cnn.grouped import OperatorBatch, conv_precision, generate_operators
@@ -33,7 +33,7 @@ from dynaforge.systems.random_cnn.sampling import (
 from dynaforge.threads import run_pieces
 
 
-class RandomCNNSystem:
+class RandomCNNSystem(SystemBase):
     """Random CNN operators as a dataset system; rows are (operator, realization), operator-major.
 
     Row r of a split belongs to operator r // M, realization r % M. The operator's Sobol point is row
@@ -134,15 +134,25 @@ class RandomCNNSystem:
         }
         if self.config.features:
             # One operator's rows at a time, on one intra-op thread: the same bytes in any batch.
+            # Features are computed on the host whatever the device (the bytes of the datasets made so far).
             per_operator = run_pieces(
                 lambda trajectories: trajectory_features(trajectories, self.config.spectrum_bins),
-                list(frames.unbind(0)),
+                list(frames.cpu().unbind(0)),
             )
             extras["features"] = torch.cat(per_operator).numpy().astype(np.float32)
         params = np.concatenate([values, np.ones((len(values), 1))], axis=1)  # domain_length = 1
         time = np.arange(self.config.n_frames, dtype=np.float64) * self.config.dt * self.config.save_every
-        fields = torch.movedim(stacked, 2, -1).numpy()
-        return SampleRows(fields, np.repeat(params, m, axis=0), time, extras)
+        return SampleRows(stacked, np.repeat(params, m, axis=0), time, extras)  # (rows, T, C, X, Y) on device
+
+    def config_identity(self, device: str) -> dict[str, Any]:
+        """The config with `precision: auto` written as the precision it resolves to on `device`."""
+        identity = config_to_dict(self.config)
+        if identity.get("precision") == "auto":
+            identity["precision"] = conv_precision(self.config, resolve_device(device))
+        return identity
+
+    def divergence_cause(self) -> str:
+        return "the sampled operator diverged; lower system.space.weight_gain.high or system.space.residual_dt.high"
 
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
         """Attributes every shard carries: the space, option names, feature names, the split's discrepancy."""
