@@ -16,7 +16,7 @@ from torch import Tensor
 
 from dynaforge.config import NBodyConfig
 from dynaforge.seeds import Rows
-from dynaforge.systems.base import InitialStates, SampleRows, Trajectories, rows_from_seeds
+from dynaforge.systems.base import InitialStates, SampleRows, SystemBase, Trajectories, rows_from_seeds
 from dynaforge.systems.batching import LANES, block_samples, pad_rows, sample_blocks
 from dynaforge.systems.nbody.control import StepController, build_controller, rollout_to_times
 from dynaforge.systems.nbody.initial import draw_system
@@ -48,7 +48,7 @@ def channels_to_state(fields: Float[Tensor, "batch 6 bodies"]) -> BodyState:
     return BodyState(per_body[..., :3], per_body[..., 3:])
 
 
-class NBody:
+class NBody(SystemBase):
     """The N-body system behind `dynaforge generate` (same contract as `SpectralSystem`).
 
     Parameter columns: mass_0 .. mass_{n-1}, softening, external_mass, external_x, external_y,
@@ -62,6 +62,7 @@ class NBody:
     """
 
     name: ClassVar[str] = "nbody"
+    config_class: ClassVar[type[NBodyConfig]] = NBodyConfig
     channels: ClassVar[int] = 6
     ndim: ClassVar[int] = 1
     channel_names: ClassVar[tuple[str, ...]] = CHANNEL_NAMES

@@ -36,6 +36,7 @@ from dynaforge.seeds import Rows
 from dynaforge.systems.base import (
     InitialStates,
     SampleRows,
+    SystemBase,
     Trajectories,
     default_channel_names,
     grid_coordinates,
@@ -128,7 +129,7 @@ larger block would mostly step copies for small batches, while the per-call work
 at 128 samples (docs/reproducibility.md)."""
 
 
-class SpectralSystem:
+class SpectralSystem(SystemBase):
     """A batched pseudo-spectral solver for u_t = L u + N(u); see the module docstring for conventions.
 
     Subclasses set `name`, `config_class`, `channels`, and implement `operators`, which returns the

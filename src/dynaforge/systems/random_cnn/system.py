@@ -11,7 +11,7 @@ import torch
 
 from dynaforge.config import ConfigError, InitialConfig, RandomCNNConfig
 from dynaforge.seeds import SPLIT_IDS, Rows, sample_seed
-from dynaforge.systems.base import SampleRows, default_channel_names, grid_coordinates
+from dynaforge.systems.base import SampleRows, SystemBase, default_channel_names, grid_coordinates
 from dynaforge.systems.pde.spectral import draw_initial_field
 from dynaforge.systems.random_cnn.features import feature_names, trajectory_features
 from dynaforge.systems.random_cnn.grouped import OperatorBatch, conv_precision, generate_operators
@@ -33,7 +33,7 @@ from dynaforge.systems.random_cnn.sampling import (
 from dynaforge.threads import run_pieces
 
 
-class RandomCNNSystem:
+class RandomCNNSystem(SystemBase):
     """Random CNN operators as a dataset system; rows are (operator, realization), operator-major.
 
     Row r of a split belongs to operator r // M, realization r % M. The operator's Sobol point is row
