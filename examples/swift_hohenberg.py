@@ -40,7 +40,9 @@ class SwiftHohenbergConfig(SystemConfig):
     name: str = "swift_hohenberg:SwiftHohenberg"
     ndim: int = field(default=1, metadata={"check": one_of(1, 2).because("this example runs in 1D or 2D")})
     resolution: int = 64
-    domain_length: Range = field(default_factory=lambda: Range(16 * 3.141592653589793, 16 * 3.141592653589793))
+    domain_length: Range = field(
+        default_factory=lambda: Range(16 * 3.141592653589793, 16 * 3.141592653589793)
+    )
     """Length L of the periodic domain (per sample); 16 pi holds 8 rolls of the critical wavelength 2 pi."""
     dt: float = 0.5
     steps: int = 200

@@ -20,6 +20,8 @@ import pytest
 import torch
 from physics_helpers import grid, parameter_table, system_from_overrides
 
+from dynaforge.systems.pde.spectral import SpectralSystem
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NAME = "swift_hohenberg:SwiftHohenberg"
 LENGTH = 16 * math.pi  # k_m = m / 8
@@ -30,7 +32,7 @@ def examples_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLES))
 
 
-def sh_system(**fields: object):  # noqa: ANN201 (the example's class, imported by path)
+def sh_system(**fields: object) -> SpectralSystem:
     return system_from_overrides(NAME, dtype="float64", resolution=64, **fields)
 
 

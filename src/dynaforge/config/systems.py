@@ -88,20 +88,6 @@ class SystemConfig:
         return tuple(f.name for f in dataclasses.fields(self) if is_range_field(type(self), f.name))
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 @dataclass
 class ParameterSpec:
     """One dimension of a sampled parameter space; a unit-cube coordinate q in [0, 1) maps to a value.
@@ -244,4 +230,3 @@ class RandomCNNConfig(SystemConfig):
         super().__post_init__()
         if self.ndim != 2:
             raise ConfigError(f"random_cnn runs in 2D only (ndim=2), got ndim={self.ndim}")
-
