@@ -31,7 +31,7 @@ SYSTEM_REGISTRY = "dynaforge.systems.registry"
 """The module holding every system and the rule for names given by import path (`system_class`)."""
 
 
-def system_config_class(name: str, key: str = "system.name") -> type[Any]:
+def system_config_class(name: object, key: str = "system.name") -> type[Any]:
     """The dataclass of the `system` section that `system.name` = `name` stands for; a `ConfigError` naming
     `key` for an unknown name or an import path that leads to no dynaforge system.
 
