@@ -51,10 +51,9 @@ import torch
 
 from dynaforge.atomic import atomic_path
 from dynaforge.config.base import Range
-from dynaforge.config.systems import BurgersConfig
 from dynaforge.store.convert import convert
 from dynaforge.store.pdebench import write_tensor_file
-from dynaforge.systems.pde.burgers import Burgers
+from dynaforge.systems.pde.burgers import Burgers, BurgersConfig
 
 SPLITS = {"burgers": (1000, 100, 200), "darcy": (1000, 100, 200), "pdebench_burgers": (1000, 100, 100)}
 """Train, validation and test samples per task (the FNO paper: 1000 train, 200 test for Burgers and 100 for

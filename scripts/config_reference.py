@@ -4,7 +4,8 @@
     python scripts/config_reference.py --check  # exit 1 if docs/config.md is not what the code says
 
 The meaning of a key is the docstring written under its field; a section's text is its class docstring.
-Sections chosen by name (`system`, `model`) list every choice. tests/unit/test_config_reference.py checks
+Sections chosen by name (`system`, `model`) list every choice; the systems are read from the
+registry, `dynaforge.systems.SYSTEMS`. tests/unit/test_config_reference.py checks
 that the committed file is current.
 """
 
@@ -23,7 +24,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dynaforge.config import MODEL_CONFIGS, SYSTEM_CONFIGS, Config
+from dynaforge.config import MODEL_CONFIGS, Config
+from dynaforge.systems import SYSTEMS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "config.md"
 
@@ -34,6 +36,14 @@ Every key of a dynaforge config, its default and what it means, generated from t
 of these sections (see `configs/` for presets); any key can be set on the command line as `section.key=value`
 (`train.lr=0.002`, `model.width=64`). Keys are checked when the config loads: a wrong name or value is refused
 with the key and what would be valid.
+"""
+
+USER_SYSTEMS = """
+### `system.name: package.module:Class`
+
+A system of your own, in your own package, named by import path: its class derives
+`dynaforge.systems.base.SystemBase` and its section is its `config_class`; see
+[user-systems.md](user-systems.md).
 """
 
 
@@ -133,7 +143,8 @@ def render() -> str:
     for field in dataclasses.fields(Config):
         doc = docs.get(field.name, "")
         if field.name == "system":
-            parts.append(chosen_sections("system", dict(SYSTEM_CONFIGS), doc))
+            choices = {name: system.config_class for name, system in SYSTEMS.items()}
+            parts.append(chosen_sections("system", choices, doc) + USER_SYSTEMS)
         elif field.name == "model":
             parts.append(chosen_sections("model", dict(MODEL_CONFIGS), doc))
         else:

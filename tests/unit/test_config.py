@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 
 from dynaforge.config import (
-    BurgersConfig,
     ConfigError,
-    KSConfig,
     Range,
     config_from_dict,
     config_to_dict,
     load_config,
     save_config,
 )
+from dynaforge.systems.pde.burgers import BurgersConfig
+from dynaforge.systems.pde.ks import KSConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

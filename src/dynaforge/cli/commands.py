@@ -92,6 +92,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     failure: the problems, then one `error:` line, status 2 (docs/exit-codes.md)."""
     from dynaforge.store import DatasetError, validate_dataset
 
+    say_system_code(args.path, json_output=args.json)
     result = validate_dataset(args.path, checksums=not args.no_checksums)
     if args.json:
         print(
@@ -126,6 +127,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from dynaforge.store import DatasetError, DatasetFolder
 
     samples = parse_sample_count(args.samples)
+    say_system_code(args.path, json_output=args.json)
     DatasetFolder(args.path)  # a clear error for a missing or incomplete folder before any output
     show = None if args.json else (lambda check: print(f"  {check.describe()}", flush=True))
     if not args.json:
@@ -158,6 +160,25 @@ def run_verify(args: argparse.Namespace) -> int:
         f"{args.path} FAILED verification: {len(failed)} of {len(result.checks)} sample(s) do not match: "
         f"{names}{hint}"
     )
+
+
+def say_system_code(path: str, json_output: bool) -> None:
+    """Say which code a dataset's config names (a user's system, by import path) before anything loads the
+    config, which imports that code (docs/user-systems.md); on stderr under --json, which keeps stdout JSON."""
+    import yaml
+
+    from dynaforge.store.format import CONFIG
+    from dynaforge.systems.registry import system_code
+
+    try:
+        saved = yaml.safe_load((Path(path) / CONFIG).read_text())
+    except (OSError, yaml.YAMLError):
+        return  # no readable config: the checks that follow report it
+    section = saved.get("system") if isinstance(saved, dict) else None
+    name = section.get("name") if isinstance(section, dict) else None
+    line = system_code(name) if isinstance(name, str) else None
+    if line:
+        print(line, file=sys.stderr if json_output else sys.stdout, flush=True)
 
 
 def parse_sample_count(text: str | None) -> int | None:

@@ -4,8 +4,9 @@ A preset is a small YAML file in `configs/`. On the command line, `key.sub=value
 (`system.viscosity.low=0.005`). Values are parsed as YAML scalars. Every key is checked against the
 dataclasses below: an unknown or mistyped key stops with an error that names it and lists the valid keys.
 
-The system section is chosen by its `name` (`burgers`, `ks`, ...): each system has its own dataclass with
-its own physical parameters, each a `Range` drawn per sample.
+The system section is chosen by its `name`: each system declares its own dataclass, with its own physical
+parameters (each a `Range` drawn per sample), beside its physics in `dynaforge.systems`, and
+`system_config_class` finds it; a user's own system is named by import path (docs/user-systems.md).
 
 One module per component's sections (base, systems, nbody, data, models, train, evaluate, stack, tune,
 two_phase) and load.py (YAML, dotted overrides, validation); every name is importable from here."""
@@ -14,7 +15,6 @@ from dynaforge.config.base import Check, ConfigError, InitialConfig, Range, chec
 from dynaforge.config.data import DataConfig, DatasetConfig, StreamConfig
 from dynaforge.config.evaluate import EvaluateConfig
 from dynaforge.config.load import (
-    SYSTEM_CONFIGS,
     Config,
     apply_train_preset,
     config_differences,
@@ -49,17 +49,12 @@ from dynaforge.config.stack import (
     SteadyStageConfig,
 )
 from dynaforge.config.systems import (
-    AdvectionConfig,
-    BurgersConfig,
-    GrayScottConfig,
-    HeatConfig,
-    KS2DConfig,
-    KSConfig,
-    NavierStokesConfig,
+    DEFAULT_SYSTEM,
     OperatorSpace,
     ParameterSpec,
     RandomCNNConfig,
     SystemConfig,
+    system_config_class,
 )
 from dynaforge.config.train import (
     TRAIN_PRESETS,
@@ -75,11 +70,9 @@ from dynaforge.config.tune import SearchDimension, TuneConfig, TuneObjective, Tu
 from dynaforge.config.two_phase import EnergyModelConfig, TeacherTaskConfig, TwoPhaseConfig
 
 __all__ = [
+    "DEFAULT_SYSTEM",
     "MODEL_CONFIGS",
-    "SYSTEM_CONFIGS",
     "TRAIN_PRESETS",
-    "AdvectionConfig",
-    "BurgersConfig",
     "Check",
     "CompileConfig",
     "Config",
@@ -96,16 +89,11 @@ __all__ = [
     "EvaluateConfig",
     "FNOConfig",
     "FlowNetConfig",
-    "GrayScottConfig",
-    "HeatConfig",
     "InitialConfig",
-    "KS2DConfig",
-    "KSConfig",
     "LatentConfig",
     "ModelConfig",
     "NBodyConfig",
     "NBodyInitialConfig",
-    "NavierStokesConfig",
     "OperatorSpace",
     "OperatorStageConfig",
     "OptimizerConfig",
@@ -138,4 +126,5 @@ __all__ = [
     "load_config",
     "resolve_device",
     "save_config",
+    "system_config_class",
 ]

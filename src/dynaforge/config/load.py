@@ -25,25 +25,24 @@ from dynaforge.config.evaluate import EvaluateConfig
 from dynaforge.config.models import MODEL_CONFIGS, FNOConfig, ModelConfig
 from dynaforge.config.nbody import LEGACY_TIMESTEPPER_KEYS, NBodyConfig, TimestepperConfig
 from dynaforge.config.stack import StagesConfig
-from dynaforge.config.systems import PDE_SYSTEM_CONFIGS, BurgersConfig, SystemConfig
+from dynaforge.config.systems import DEFAULT_SYSTEM, SystemConfig, system_config_class
 from dynaforge.config.train import TRAIN_PRESETS, TrainConfig
 from dynaforge.config.tune import TuneConfig
 from dynaforge.config.two_phase import TwoPhaseConfig
 
 log = logging.getLogger(__name__)
 
-SYSTEM_CONFIGS: dict[str, type[SystemConfig] | type[NBodyConfig]] = {
-    **PDE_SYSTEM_CONFIGS,
-    "nbody": NBodyConfig,
-}
-"""`system.name` -> the dataclass of the `system` section."""
+
+def default_system() -> SystemConfig:
+    """The `system` section of a config that has none: `DEFAULT_SYSTEM` with its defaults."""
+    return system_config_class(DEFAULT_SYSTEM)()
 
 
 @dataclass
 class Config:
     """Everything one run needs; each section belongs to one stage of the pipeline."""
 
-    system: SystemConfig | NBodyConfig = field(default_factory=BurgersConfig)
+    system: SystemConfig | NBodyConfig = field(default_factory=default_system)
     """The ground-truth simulator and its parameter ranges."""
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     """Sizes, sharding and seeds of the generated dataset."""
@@ -296,12 +295,12 @@ def _field_default(cls: type, name: str) -> Any:
     return None
 
 
-def _expand_range_shorthand(cls: type, data: Any) -> Any:
+def _expand_range_shorthand(cls: type, data: Any, path: str = "") -> Any:
     """Replace numbers standing for a `Range` with {low, high} mappings, following the dataclass schema."""
     if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
         return data
     if issubclass(cls, SystemConfig):
-        cls = SYSTEM_CONFIGS.get(data.get("name", "burgers"), cls)
+        cls = system_config_class(data.get("name", DEFAULT_SYSTEM), _join(path, "name"))
     hints = typing.get_type_hints(cls)
     result = dict(data)
     for key, value in data.items():
@@ -311,16 +310,12 @@ def _expand_range_shorthand(cls: type, data: Any) -> Any:
         if hint is Range and isinstance(value, int | float) and not isinstance(value, bool):
             result[key] = {"low": float(value), "high": float(value)}
         elif dataclasses.is_dataclass(hint):
-            result[key] = _expand_range_shorthand(hint, value)
+            result[key] = _expand_range_shorthand(hint, value, _join(path, key))
     return result
 
 
 def _system_class(data: Mapping[str, Any], path: str) -> type[SystemConfig] | type[NBodyConfig]:
-    name = data.get("name", "burgers")
-    if name not in SYSTEM_CONFIGS:
-        valid = ", ".join(sorted(SYSTEM_CONFIGS))
-        raise ConfigError(f"unknown system {_join(path, 'name')}={name!r}; valid systems: {valid}")
-    return SYSTEM_CONFIGS[name]
+    return system_config_class(data.get("name", DEFAULT_SYSTEM), _join(path, "name"))
 
 
 def _model_class(data: Mapping[str, Any], path: str) -> type[ModelConfig]:

@@ -1,10 +1,13 @@
-"""The `system` section of the periodic PDEs and the random CNN operators: one dataclass per system, chosen by `name`."""
+"""The `system` section: `SystemConfig`, the fields every grid system shares, and the random CNN operators'
+section. Each PDE declares its own section beside its physics, in its module of `dynaforge.systems.pde`;
+`system_config_class` finds the section a `system.name` stands for."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from dynaforge.config.base import (
     AT_LEAST_ONE,
@@ -21,13 +24,34 @@ from dynaforge.config.base import (
     one_of,
 )
 
+DEFAULT_SYSTEM = "burgers"
+"""The system of a config that names none."""
+
+SYSTEM_REGISTRY = "dynaforge.systems.registry"
+"""The module holding every system and the rule for names given by import path (`system_class`)."""
+
+
+def system_config_class(name: object, key: str = "system.name") -> type[Any]:
+    """The dataclass of the `system` section that `system.name` = `name` stands for; a `ConfigError` naming
+    `key` for an unknown name or an import path that leads to no dynaforge system.
+
+    The dataclass is declared beside its system's physics, one layer up (`dynaforge.systems`), so the config
+    layer reaches the registry by name when a config is built rather than by an import statement: the same
+    by-name import that a user's system needs (its module is named by the config, docs/user-systems.md), and
+    the one reference of this layer to the one above it (docs/architecture.md, "Layers")."""
+    if not isinstance(name, str):
+        raise ConfigError(f"{key} must be a string (a system's name or import path), got {name!r}")
+    registry = importlib.import_module(SYSTEM_REGISTRY)
+    return registry.system_config_class(name, key)
+
 
 @dataclass
 class SystemConfig:
     """A periodic PDE on [0, L)^d solved pseudo-spectrally (see `dynaforge.systems.pde.spectral`)."""
 
-    name: str = "burgers"
-    """Which system: one of `dynaforge.systems.SYSTEMS`."""
+    name: str = DEFAULT_SYSTEM
+    """Which system: one of `dynaforge.systems.SYSTEMS`, or a system of your own named by import path
+    (`mypackage.pdes:SwiftHohenberg`, docs/user-systems.md)."""
     resolution: int = checked(256, check=at_least(4.0).because("grid points per axis"))
     """Grid points per axis."""
     ndim: int = checked(1, check=one_of(1, 2, 3))
@@ -62,124 +86,6 @@ class SystemConfig:
     def parameter_names(self) -> tuple[str, ...]:
         """Names of the per-sample physical parameters (every `Range` field), in storage order."""
         return tuple(f.name for f in dataclasses.fields(self) if is_range_field(type(self), f.name))
-
-
-@dataclass
-class HeatConfig(SystemConfig):
-    """u_t = nu * laplacian(u)."""
-
-    name: str = "heat"
-    diffusivity: Range = field(
-        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("diffusivity")}
-    )
-    """Diffusion coefficient nu."""
-
-
-@dataclass
-class AdvectionConfig(SystemConfig):
-    """u_t + c u_x = 0 (c along every axis in more than one dimension)."""
-
-    name: str = "advection"
-    speed: Range = field(default_factory=lambda: Range(1.0, 1.0))
-    """Transport speed c."""
-
-
-@dataclass
-class BurgersConfig(SystemConfig):
-    """u_t + u u_x = nu u_xx."""
-
-    name: str = "burgers"
-    viscosity: Range = field(
-        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("kinematic viscosity")}
-    )
-    """Kinematic viscosity nu."""
-
-
-@dataclass
-class KSConfig(SystemConfig):
-    """u_t + u u_x + u_xx + u_xxxx = 0 (Kuramoto-Sivashinsky)."""
-
-    name: str = "ks"
-    domain_length: Range = field(default_factory=lambda: Range(100.0, 100.0))
-    resolution: int = 200
-    dt: float = 0.1
-    steps: int = 500
-
-
-@dataclass
-class NavierStokesConfig(SystemConfig):
-    """Incompressible Navier-Stokes in vorticity form on [0, L)^2:
-
-    w_t + u . grad(w) = nu laplacian(w) - drag w + f,  u = (psi_y, -psi_x),  laplacian(psi) = -w,
-    with Kolmogorov forcing f = -A k_f cos(k_f y), the curl of the body force (A sin(k_f y), 0),
-    k_f = 2 pi forcing_wavenumber / L.
-    """
-
-    name: str = "navier_stokes"
-    ndim: int = 2
-    resolution: int = 128
-    domain_length: Range = field(default_factory=lambda: Range(2 * 3.141592653589793, 2 * 3.141592653589793))
-    dt: float = 0.01
-    viscosity: Range = field(
-        default_factory=lambda: Range(1e-3, 1e-3), metadata={"check": POSITIVE.because("kinematic viscosity")}
-    )
-    """Kinematic viscosity nu."""
-    drag: Range = field(
-        default_factory=lambda: Range(0.0, 0.0), metadata={"check": NON_NEGATIVE.because("drag coefficient")}
-    )
-    """Linear (Rayleigh) drag coefficient; 0 switches it off."""
-    forcing_amplitude: Range = field(default_factory=lambda: Range(0.0, 0.0))
-    """Amplitude A of the Kolmogorov body force; 0 switches it off."""
-    forcing_wavenumber: int = checked(4, check=NON_NEGATIVE)
-    """Integer wavenumber of the Kolmogorov forcing along y."""
-
-
-@dataclass
-class GrayScottConfig(SystemConfig):
-    """Gray-Scott reaction-diffusion, channels (u, v):
-
-    u_t = D_u laplacian(u) - u v^2 + F (1 - u),  v_t = D_v laplacian(v) + u v^2 - (F + k) v.
-    Defaults follow Pearson (1993): L = 2.5, D_u = 2e-5, D_v = 1e-5, dt = 1, with (F, k) = (0.03, 0.055),
-    where spots and stripes persist (at many (F, k) the pattern dies out to the trivial state u = 1, v = 0).
-    """
-
-    name: str = "gray_scott"
-    ndim: int = 2
-    resolution: int = 128
-    domain_length: Range = field(default_factory=lambda: Range(2.5, 2.5))
-    dt: float = 1.0
-    steps: int = 1000
-    save_every: int = 10
-    feed: Range = field(
-        default_factory=lambda: Range(0.03, 0.03), metadata={"check": NON_NEGATIVE.because("feed rate")}
-    )
-    """Feed rate F."""
-    kill: Range = field(
-        default_factory=lambda: Range(0.055, 0.055), metadata={"check": NON_NEGATIVE.because("kill rate")}
-    )
-    """Kill rate k."""
-    diffusion_u: Range = field(
-        default_factory=lambda: Range(2e-5, 2e-5), metadata={"check": POSITIVE.because("diffusivity")}
-    )
-    """Diffusion coefficient of u."""
-    diffusion_v: Range = field(
-        default_factory=lambda: Range(1e-5, 1e-5), metadata={"check": POSITIVE.because("diffusivity")}
-    )
-    """Diffusion coefficient of v."""
-    initial: InitialConfig = field(default_factory=lambda: InitialConfig(families={"blobs": 1.0}))
-
-
-@dataclass
-class KS2DConfig(SystemConfig):
-    """Kuramoto-Sivashinsky in its scalar (gradient) form, any dimension:
-    h_t + laplacian(h) + laplacian^2(h) + |grad h|^2 / 2 = 0."""
-
-    name: str = "ks2d"
-    ndim: int = 2
-    resolution: int = 64
-    domain_length: Range = field(default_factory=lambda: Range(32.0, 32.0))
-    dt: float = 0.05
-    steps: int = 400
 
 
 @dataclass
@@ -324,16 +230,3 @@ class RandomCNNConfig(SystemConfig):
         super().__post_init__()
         if self.ndim != 2:
             raise ConfigError(f"random_cnn runs in 2D only (ndim=2), got ndim={self.ndim}")
-
-
-PDE_SYSTEM_CONFIGS: dict[str, type[SystemConfig]] = {
-    "heat": HeatConfig,
-    "advection": AdvectionConfig,
-    "burgers": BurgersConfig,
-    "ks": KSConfig,
-    "navier_stokes": NavierStokesConfig,
-    "gray_scott": GrayScottConfig,
-    "ks2d": KS2DConfig,
-    "random_cnn": RandomCNNConfig,
-}
-"""`system.name` -> the section's dataclass, for every system but N-body (`config.load.SYSTEM_CONFIGS`)."""

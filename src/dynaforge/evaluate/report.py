@@ -132,7 +132,7 @@ def physics_html(metrics: Mapping[str, Any]) -> str:
     if not conserved:
         text = (
             f"The system <code>{html.escape(str(metrics['system']))}</code> has no conserved quantity dynaforge "
-            "checks (see <code>dynaforge.metrics.physics.CONSERVED</code>)."
+            "checks (see <code>conserved</code> on the system's class, <code>dynaforge.systems.base.SystemBase</code>)."
         )
         rows = []
     else:

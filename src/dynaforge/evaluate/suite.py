@@ -121,7 +121,7 @@ class MetricSettings(NamedTuple):
     frame_dt: float | None = None
     """Time between predicted frames, when known."""
     system: str = ""
-    """The dataset's system, for the conserved quantities (`dynaforge.metrics.physics.CONSERVED`)."""
+    """The dataset's system, for the conserved quantities (`dynaforge.metrics.physics.conserved_quantities`)."""
     worst_samples: int = 3
     """How many of the worst rollouts to list."""
 

@@ -2,17 +2,10 @@
 
 Fields are (batch, frames, channels, *space), predicted frames only, on a periodic grid.
 
-Which systems conserve what (periodic domain; `mass` is the spatial mean of each channel, `energy` the
-spatial mean of u^2 / 2):
-
-| system | conserved | why |
-| --- | --- | --- |
-| `heat` | mass | u_t = nu laplacian(u): the mean mode does not change; energy decays |
-| `advection` | mass, energy | u_t + c u_x = 0 translates u: every mode keeps its amplitude |
-| `burgers` | mass | u_t + (u^2 / 2)_x = nu u_xx is a conservation law; energy is dissipated by viscosity |
-| `ks` | mass | every term of u_t = -(u^2/2)_x - u_xx - u_xxxx is a derivative; energy is not conserved |
-| `navier_stokes` | mass (of vorticity) | the mean vorticity of a periodic flow is 0 and stays 0 (forcing and drag keep it) |
-| `gray_scott`, `ks2d`, `random_cnn`, foreign datasets | nothing checked | reactions, |grad h|^2 and random operators change both |
+What a system conserves (`mass`: the spatial mean of each channel; `energy`: the spatial mean of u^2 / 2)
+is declared by the system itself, as `conserved` on its class beside its physics, with the reason
+(`dynaforge.systems.base.SystemBase`); `conserved_quantities` reads it. Foreign datasets conserve nothing
+checked.
 
 The drift is measured against the true frame at the same time rather than the initial one, so that the
 solver's own (small) conservation error is not charged to the model.
@@ -26,18 +19,11 @@ from torch import Tensor
 
 from dynaforge.metrics.fields import EPS, check_same_shape, space_axes, widen
 from dynaforge.metrics.spectra import energy_spectrum
+from dynaforge.systems.registry import SYSTEMS
+from dynaforge.systems.registry import conserved_quantities as system_conserved_quantities
 
-CONSERVED: dict[str, tuple[str, ...]] = {
-    "heat": ("mass",),
-    "advection": ("mass", "energy"),
-    "burgers": ("mass",),
-    "ks": ("mass",),
-    "navier_stokes": ("mass",),
-    "gray_scott": (),
-    "ks2d": (),
-    "random_cnn": (),
-}
-"""System name -> the quantities its rollouts conserve (see the module docstring); unknown systems: none."""
+CONSERVED: dict[str, tuple[str, ...]] = {name: system.conserved for name, system in SYSTEMS.items()}
+"""Name -> the quantities the rollouts of each of dynaforge's own systems conserve (`SystemBase.conserved`)."""
 
 SPECTRUM_FLOOR = 1e-12
 """Below this fraction of the largest true shell energy (k >= 1, per frame) a shell holds nothing the data
@@ -46,7 +32,9 @@ resolve: it is left out of the spectrum error, and both spectra are floored at i
 
 
 def conserved_quantities(system: str) -> tuple[str, ...]:
-    return CONSERVED.get(system, ())
+    """What the rollouts of `system` conserve: its class's `conserved` (a user's system included, once the
+    config naming it has been loaded); none for foreign datasets and unknown names."""
+    return system_conserved_quantities(system)
 
 
 def mass(fields: Float[Tensor, "batch frames channels *space"]) -> Float[Tensor, "batch frames channels"]:

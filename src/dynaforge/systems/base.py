@@ -14,7 +14,7 @@ it, from the simulator to the training batch; only the store converts it to and 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -108,6 +108,27 @@ class SystemBase:
 
     def divergence_cause(self) -> str:
         return f"the rollout diverged; reduce system.dt (now {self.config.dt:g})"
+
+
+class SystemBase:
+    """The class every system derives from, dynaforge's own and a user's (`system.name: package.module:Class`).
+
+    A subclass declares, beside its physics:
+    - `name`: the name it is registered under (dynaforge's own systems; a user's system is named by its
+      import path in configs, and `name` is only how it calls itself in messages);
+    - `config_class`: the dataclass of its `system` config section (a subclass of
+      `dynaforge.config.SystemConfig`, or `NBodyConfig`), built from YAML before the system is;
+    - `conserved`: the quantities its rollouts conserve on a periodic domain (`mass`: the spatial mean of
+      each channel; `energy`: the spatial mean of u^2 / 2), checked as drifts when a model is evaluated.
+
+    It is constructed from one instance of `config_class` and keeps the `System` protocol above. A config
+    that names a class by import path is refused unless the path leads to a subclass of this one
+    (`dynaforge.systems.registry.system_class`), before anything of that class is called.
+    """
+
+    name: ClassVar[str]
+    config_class: ClassVar[type]
+    conserved: ClassVar[tuple[str, ...]] = ()
 
 
 def default_channel_names(channels: int) -> tuple[str, ...]:

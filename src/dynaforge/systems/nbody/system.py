@@ -62,6 +62,7 @@ class NBody(SystemBase):
     """
 
     name: ClassVar[str] = "nbody"
+    config_class: ClassVar[type[NBodyConfig]] = NBodyConfig
     channels: ClassVar[int] = 6
     ndim: ClassVar[int] = 1
     channel_names: ClassVar[tuple[str, ...]] = CHANNEL_NAMES

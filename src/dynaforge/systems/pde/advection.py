@@ -6,15 +6,29 @@ ETD step reproduces exactly in Fourier space.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from torch import Tensor
 
-from dynaforge.config import AdvectionConfig
+from dynaforge.config import SystemConfig
+from dynaforge.config.base import Range
 from dynaforge.systems.pde.spectral import SpectralSystem
+
+
+@dataclass
+class AdvectionConfig(SystemConfig):
+    """u_t + c u_x = 0 (c along every axis in more than one dimension)."""
+
+    name: str = "advection"
+    speed: Range = field(default_factory=lambda: Range(1.0, 1.0))
+    """Transport speed c."""
 
 
 class Advection(SpectralSystem):
     name = "advection"
     config_class = AdvectionConfig
+    conserved = ("mass", "energy")
+    """u_t + c u_x = 0 translates u: every mode keeps its amplitude."""
     supported_ndim = (1, 2, 3)
 
     def linear_operator(self, k: tuple[Tensor, ...], params: dict[str, Tensor]) -> Tensor:

@@ -6,9 +6,12 @@ pseudo-spectrally with 2/3 dealiasing. The spatial mean of u is conserved.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from torch import Tensor
 
-from dynaforge.config import BurgersConfig
+from dynaforge.config import SystemConfig
+from dynaforge.config.base import POSITIVE, Range
 from dynaforge.systems.pde.spectral import (
     Nonlinear,
     SpectralSystem,
@@ -17,9 +20,22 @@ from dynaforge.systems.pde.spectral import (
 )
 
 
+@dataclass
+class BurgersConfig(SystemConfig):
+    """u_t + u u_x = nu u_xx."""
+
+    name: str = "burgers"
+    viscosity: Range = field(
+        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("kinematic viscosity")}
+    )
+    """Kinematic viscosity nu."""
+
+
 class Burgers(SpectralSystem):
     name = "burgers"
     config_class = BurgersConfig
+    conserved = ("mass",)
+    """u_t + (u^2 / 2)_x = nu u_xx is a conservation law; energy is dissipated by viscosity."""
 
     def linear_operator(self, k: tuple[Tensor, ...], params: dict[str, Tensor]) -> Tensor:
         return -params["viscosity"] * k[0] ** 2

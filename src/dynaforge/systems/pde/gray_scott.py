@@ -14,17 +14,57 @@ u = 1 - b / 2, v = b / 4 with b -> |b| clipped to [0, 1] (Pearson's perturbed ho
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import torch
 from torch import Tensor
 
-from dynaforge.config import GrayScottConfig
+from dynaforge.config import SystemConfig
+from dynaforge.config.base import NON_NEGATIVE, POSITIVE, InitialConfig, Range
 from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem, draw_initial_field
+
+
+@dataclass
+class GrayScottConfig(SystemConfig):
+    """Gray-Scott reaction-diffusion, channels (u, v):
+
+    u_t = D_u laplacian(u) - u v^2 + F (1 - u),  v_t = D_v laplacian(v) + u v^2 - (F + k) v.
+    Defaults follow Pearson (1993): L = 2.5, D_u = 2e-5, D_v = 1e-5, dt = 1, with (F, k) = (0.03, 0.055),
+    where spots and stripes persist (at many (F, k) the pattern dies out to the trivial state u = 1, v = 0).
+    """
+
+    name: str = "gray_scott"
+    ndim: int = 2
+    resolution: int = 128
+    domain_length: Range = field(default_factory=lambda: Range(2.5, 2.5))
+    dt: float = 1.0
+    steps: int = 1000
+    save_every: int = 10
+    feed: Range = field(
+        default_factory=lambda: Range(0.03, 0.03), metadata={"check": NON_NEGATIVE.because("feed rate")}
+    )
+    """Feed rate F."""
+    kill: Range = field(
+        default_factory=lambda: Range(0.055, 0.055), metadata={"check": NON_NEGATIVE.because("kill rate")}
+    )
+    """Kill rate k."""
+    diffusion_u: Range = field(
+        default_factory=lambda: Range(2e-5, 2e-5), metadata={"check": POSITIVE.because("diffusivity")}
+    )
+    """Diffusion coefficient of u."""
+    diffusion_v: Range = field(
+        default_factory=lambda: Range(1e-5, 1e-5), metadata={"check": POSITIVE.because("diffusivity")}
+    )
+    """Diffusion coefficient of v."""
+    initial: InitialConfig = field(default_factory=lambda: InitialConfig(families={"blobs": 1.0}))
 
 
 class GrayScott(SpectralSystem):
     name = "gray_scott"
     config_class = GrayScottConfig
+    conserved = ()
+    """Nothing: the reactions change both the mass and the energy."""
     channels = 2
     supported_ndim = (1, 2, 3)
 

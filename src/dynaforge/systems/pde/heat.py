@@ -6,15 +6,31 @@ integrates it exactly whatever the order.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from torch import Tensor
 
-from dynaforge.config import HeatConfig
+from dynaforge.config import SystemConfig
+from dynaforge.config.base import POSITIVE, Range
 from dynaforge.systems.pde.spectral import SpectralSystem
+
+
+@dataclass
+class HeatConfig(SystemConfig):
+    """u_t = nu * laplacian(u)."""
+
+    name: str = "heat"
+    diffusivity: Range = field(
+        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("diffusivity")}
+    )
+    """Diffusion coefficient nu."""
 
 
 class Heat(SpectralSystem):
     name = "heat"
     config_class = HeatConfig
+    conserved = ("mass",)
+    """u_t = nu laplacian(u): the mean mode does not change; energy decays."""
     supported_ndim = (1, 2, 3)
 
     def linear_operator(self, k: tuple[Tensor, ...], params: dict[str, Tensor]) -> Tensor:

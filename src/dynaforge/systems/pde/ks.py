@@ -6,9 +6,12 @@ Chaotic for domain lengths above about 2 pi * 3; the classic benchmark uses L = 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from torch import Tensor
 
-from dynaforge.config import KSConfig
+from dynaforge.config import SystemConfig
+from dynaforge.config.base import Range
 from dynaforge.systems.pde.spectral import (
     Nonlinear,
     SpectralSystem,
@@ -17,9 +20,22 @@ from dynaforge.systems.pde.spectral import (
 )
 
 
+@dataclass
+class KSConfig(SystemConfig):
+    """u_t + u u_x + u_xx + u_xxxx = 0 (Kuramoto-Sivashinsky)."""
+
+    name: str = "ks"
+    domain_length: Range = field(default_factory=lambda: Range(100.0, 100.0))
+    resolution: int = 200
+    dt: float = 0.1
+    steps: int = 500
+
+
 class KuramotoSivashinsky(SpectralSystem):
     name = "ks"
     config_class = KSConfig
+    conserved = ("mass",)
+    """Every term of u_t = -(u^2/2)_x - u_xx - u_xxxx is a derivative; energy is not conserved."""
 
     def linear_operator(self, k: tuple[Tensor, ...], params: dict[str, Tensor]) -> Tensor:
         k2 = k[0] ** 2

@@ -8,16 +8,34 @@ form of `ks.py`. The mean of h drifts (N has a non-zero mean); every other mode 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 from torch import Tensor
 
-from dynaforge.config import KS2DConfig
+from dynaforge.config import SystemConfig
+from dynaforge.config.base import Range
 from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem
+
+
+@dataclass
+class KS2DConfig(SystemConfig):
+    """Kuramoto-Sivashinsky in its scalar (gradient) form, any dimension:
+    h_t + laplacian(h) + laplacian^2(h) + |grad h|^2 / 2 = 0."""
+
+    name: str = "ks2d"
+    ndim: int = 2
+    resolution: int = 64
+    domain_length: Range = field(default_factory=lambda: Range(32.0, 32.0))
+    dt: float = 0.05
+    steps: int = 400
 
 
 class KuramotoSivashinsky2D(SpectralSystem):
     name = "ks2d"
     config_class = KS2DConfig
+    conserved = ()
+    """Nothing: the mean of h drifts (|grad h|^2 has a non-zero mean)."""
     supported_ndim = (1, 2, 3)
 
     def linear_operator(self, k: tuple[Tensor, ...], params: dict[str, Tensor]) -> Tensor:

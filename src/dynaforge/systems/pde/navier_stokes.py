@@ -12,18 +12,50 @@ Axis order: the first spatial axis is x, the second y. The mean vorticity is con
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dynaforge.config import NavierStokesConfig
+from dynaforge.config import SystemConfig
+from dynaforge.config.base import NON_NEGATIVE, POSITIVE, Range, checked
 from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem
+
+
+@dataclass
+class NavierStokesConfig(SystemConfig):
+    """Incompressible Navier-Stokes in vorticity form on [0, L)^2:
+
+    w_t + u . grad(w) = nu laplacian(w) - drag w + f,  u = (psi_y, -psi_x),  laplacian(psi) = -w,
+    with Kolmogorov forcing f = -A k_f cos(k_f y), the curl of the body force (A sin(k_f y), 0),
+    k_f = 2 pi forcing_wavenumber / L.
+    """
+
+    name: str = "navier_stokes"
+    ndim: int = 2
+    resolution: int = 128
+    domain_length: Range = field(default_factory=lambda: Range(2 * 3.141592653589793, 2 * 3.141592653589793))
+    dt: float = 0.01
+    viscosity: Range = field(
+        default_factory=lambda: Range(1e-3, 1e-3), metadata={"check": POSITIVE.because("kinematic viscosity")}
+    )
+    """Kinematic viscosity nu."""
+    drag: Range = field(
+        default_factory=lambda: Range(0.0, 0.0), metadata={"check": NON_NEGATIVE.because("drag coefficient")}
+    )
+    """Linear (Rayleigh) drag coefficient; 0 switches it off."""
+    forcing_amplitude: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    """Amplitude A of the Kolmogorov body force; 0 switches it off."""
+    forcing_wavenumber: int = checked(4, check=NON_NEGATIVE)
+    """Integer wavenumber of the Kolmogorov forcing along y."""
 
 
 class NavierStokes2D(SpectralSystem):
     name = "navier_stokes"
     config_class = NavierStokesConfig
+    conserved = ("mass",)
+    """The mean vorticity of a periodic flow is 0 and stays 0 (forcing and drag keep it)."""
     supported_ndim = (2,)
 
     @property
