@@ -167,3 +167,15 @@ def test_split_to_xarray_names_the_extra_when_xarray_is_missing(
     monkeypatch.setitem(sys.modules, "xarray", None)
     with pytest.raises(ImportError, match=r"pip install 'dynaforge\[xarray\]'"):
         split_to_xarray(folder, "train")
+
+
+def test_units_are_claimed_only_for_systems_that_know_them() -> None:
+    from dynaforge.store.interop import FORMATS
+    from dynaforge.store.labels import FOREIGN_SOURCES, units_of
+
+    assert set(FOREIGN_SOURCES) == set(FORMATS)
+    assert units_of("pdebench:1D_Burgers").system == "units not recorded by the source file"
+    assert units_of("the_well:shear_flow").system == "units not recorded by the source file"
+    assert units_of("mypackage.pdes:SwiftHohenberg").system == "units not declared by the system's code"
+    assert units_of("nbody").system == "N-body units (G = 1)"
+    assert units_of("burgers").system == "nondimensional"

@@ -36,13 +36,21 @@ class Units(NamedTuple):
     """e.g. `nondimensional`, `N-body units (G = 1)`, `units not recorded by the source file`."""
 
 
+FOREIGN_SOURCES = ("pdebench", "the_well")
+"""The prefixes of converted datasets' system names (`pdebench:NAME`): the keys of `store.interop.FORMATS`."""
+
+
 def units_of(system: str) -> Units:
     """The units of a dataset made by `system` (`burgers`, `nbody`, `pdebench:NAME`, ...).
 
     The generated PDEs and random CNN operators are nondimensional; the N-body system uses units with
-    G = 1. PDEBench and The Well files do not record units, so none are claimed for converted data."""
-    if ":" in system:
+    G = 1. PDEBench and The Well files do not record units, so none are claimed for converted data; nor for
+    a user's own system (`package.module:Class`), whose code declares none."""
+    source, named, _ = system.partition(":")
+    if named and source in FOREIGN_SOURCES:
         return Units(None, None, None, "units not recorded by the source file")
+    if named:
+        return Units(None, None, None, "units not declared by the system's code")
     if system == "nbody":
         return Units(DIMENSIONLESS, DIMENSIONLESS, DIMENSIONLESS, "N-body units (G = 1)")
     return Units(DIMENSIONLESS, DIMENSIONLESS, DIMENSIONLESS, "nondimensional")

@@ -91,26 +91,6 @@ class System(Protocol):
 
 
 class SystemBase:
-    """The class every system derives from; it gives the `System` members that most systems share.
-
-    - `config_identity(device)`: the system's config as it determines the arrays generated on `device`
-      (a device name of `dataset.device`, `auto` included), which a dataset's manifest records as its
-      identity. Default: the config as it is. A system whose arrays depend on the device beyond the last
-      bits (random CNN: `precision: auto`) writes what the setting resolves to there.
-    - `divergence_cause()`: the likely reason a rollout produced NaN or Inf when every parameter is inside
-      its declared range, and the fix, for the store's error message.
-    """
-
-    config: Any
-
-    def config_identity(self, device: str) -> dict[str, Any]:
-        return config_to_dict(self.config)
-
-    def divergence_cause(self) -> str:
-        return f"the rollout diverged; reduce system.dt (now {self.config.dt:g})"
-
-
-class SystemBase:
     """The class every system derives from, dynaforge's own and a user's (`system.name: package.module:Class`).
 
     A subclass declares, beside its physics:
@@ -121,14 +101,28 @@ class SystemBase:
     - `conserved`: the quantities its rollouts conserve on a periodic domain (`mass`: the spatial mean of
       each channel; `energy`: the spatial mean of u^2 / 2), checked as drifts when a model is evaluated.
 
-    It is constructed from one instance of `config_class` and keeps the `System` protocol above. A config
-    that names a class by import path is refused unless the path leads to a subclass of this one
-    (`dynaforge.systems.registry.system_class`), before anything of that class is called.
+    It is constructed from one instance of `config_class` (kept as `config`) and keeps the `System` protocol
+    above; the members most systems share have defaults here. A config that names a class by import path is
+    refused unless the path leads to a subclass of this one (`dynaforge.systems.registry.system_class`),
+    before anything of that class is called.
     """
 
     name: ClassVar[str]
     config_class: ClassVar[type]
     conserved: ClassVar[tuple[str, ...]] = ()
+    config: Any
+
+    def config_identity(self, device: str) -> dict[str, Any]:
+        """The system's config as it determines the arrays generated on `device` (a device name of
+        `dataset.device`, `auto` included), which a dataset's manifest records as its identity. Default: the
+        config as it is. A system whose arrays depend on the device beyond the last bits (random CNN:
+        `precision: auto`) writes what the setting resolves to there."""
+        return config_to_dict(self.config)
+
+    def divergence_cause(self) -> str:
+        """The likely reason a rollout produced NaN or Inf when every parameter is inside its declared range,
+        and the fix, for the store's error message."""
+        return f"the rollout diverged; reduce system.dt (now {self.config.dt:g})"
 
 
 def default_channel_names(channels: int) -> tuple[str, ...]:
