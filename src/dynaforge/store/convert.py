@@ -18,11 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import h5py
-import numpy as np
-
 import dynaforge
-from dynaforge.atomic import atomic_path, atomic_write_json, check_output_folder, remove_stale_temporaries
+from dynaforge.atomic import atomic_write_json, check_output_folder, remove_stale_temporaries
 from dynaforge.errors import OUT
 from dynaforge.seeds import SPLITS
 from dynaforge.store.format import (
@@ -33,11 +30,9 @@ from dynaforge.store.format import (
     ShardSpec,
     file_sha256,
     plan_shards,
-    shard_record,
 )
 from dynaforge.store.interop import DEFAULT_FRACTIONS, ForeignDataset
-from dynaforge.store.labels import label_shard
-from dynaforge.store.stats import ChannelMoments
+from dynaforge.store.writer import ShardHeader, write_arrays_shard
 
 log = logging.getLogger(__name__)
 
@@ -131,36 +126,17 @@ def prepare_folder(root: Path, identity: dict[str, Any]) -> dict[str, Any] | Non
 def write_shard(
     root: Path, dataset: ForeignDataset, shard: ShardSpec, source: dict[str, Any]
 ) -> dict[str, Any]:
-    """One shard of the store format from samples [shard.start, shard.stop) of a split, and its record."""
-    fields = dataset.read_fields(shard.split, shard.start, shard.stop)
-    arrays = dataset.sample_arrays(fields)
+    """One shard of the store format from samples [shard.start, shard.stop) of a split, and its record
+    (written by the store's one shard writer, `dynaforge.store.writer`)."""
+    arrays = dataset.read_arrays(shard.split, shard.start, shard.stop)
     layout = dataset.layout
-    final = root / shard.file
-    with atomic_path(final) as tmp:
-        with h5py.File(tmp, "w") as h5:
-            h5.attrs["format_version"] = FORMAT_VERSION
-            h5.attrs["dynaforge_version"] = dynaforge.__version__
-            h5.attrs["system"] = dataset.system
-            h5.attrs["split"] = shard.split
-            h5.attrs["start"] = shard.start
-            h5.attrs["stop"] = shard.stop
-            h5.attrs["source"] = json.dumps(source)
-            if len(layout.time) > 1:
-                h5.attrs["dt"] = float(layout.time[1] - layout.time[0])
-            h5.attrs["channel_names"] = list(layout.channel_names)
-            h5.attrs["axis_names"] = list(AXIS_NAMES[: len(layout.space)])
-            h5.create_dataset("fields", data=arrays.fields, chunks=(1, *arrays.fields.shape[1:]))
-            h5.create_dataset("params", data=arrays.params)
-            h5.create_dataset("param_names", data=np.asarray(arrays.param_names, dtype=h5py.string_dtype()))
-            h5.create_dataset("seeds", data=arrays.seeds)
-            h5.create_dataset("index", data=np.arange(shard.start, shard.stop, dtype=np.int64))
-            h5.create_dataset(
-                "source_index", data=dataset.source_indices(shard.split)[shard.start : shard.stop]
-            )
-            h5.create_dataset("time", data=arrays.time)
-            for axis, coords in arrays.coords.items():
-                h5.create_dataset(axis, data=coords)
-            label_shard(h5, dataset.system, AXIS_NAMES[: len(layout.space)], layout.channel_names)
-        record = shard_record(shard, tmp, ChannelMoments.of(fields).to_dict())
-    atomic_write_json(root / shard.record, record)
-    return record
+    header = ShardHeader(
+        system=dataset.system,
+        provenance={"source": json.dumps(source)},
+        dt=float(layout.time[1] - layout.time[0]) if len(layout.time) > 1 else None,
+        channel_names=tuple(layout.channel_names),
+        axis_names=AXIS_NAMES[: len(layout.space)],
+        param_names=tuple(layout.param_names),
+    )
+    source_index = dataset.source_indices(shard.split)[shard.start : shard.stop]
+    return write_arrays_shard(root, shard, header, arrays, {"source_index": source_index})

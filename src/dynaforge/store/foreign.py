@@ -33,10 +33,10 @@ class ForeignLayout(NamedTuple):
     time: np.ndarray
     """(frames,) float64: the time of every frame."""
     coords: dict[str, np.ndarray]
-    """Axis name (x, y, z) -> (points,) float64 grid coordinates, the same for every sample."""
+    """Axis name (x, y, z) -> (samples, points) float64: every sample's grid coordinates."""
     param_names: tuple[str, ...]
     params: np.ndarray
-    """(parameters,) float64: the file's physical parameters, the same for every sample."""
+    """(samples, parameters) float64: every sample's physical parameters (a file's constants repeated)."""
     test_first: bool
     """True when the source benchmark's loader takes its test split from the front of the file."""
     details: dict[str, Any]
@@ -83,3 +83,13 @@ def check_real_valued(dataset: h5py.Dataset) -> None:
         f"{dataset.file.filename}: field `{dataset.name.lstrip('/')}` is {what} ({dataset.dtype}); dynaforge "
         f"reads real fields only: {fix}"
     )
+
+
+def per_sample(values: np.ndarray, n_samples: int, where: str) -> np.ndarray:
+    """(k,) values shared by every sample, or (samples, k) values of each, as (samples, k) float64."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim == 1:
+        return np.broadcast_to(values, (n_samples, len(values))).copy()
+    if values.ndim != 2 or values.shape[0] != n_samples:
+        raise DatasetError(f"{where} is {values.shape}; expected one row per sample ({n_samples})")
+    return values

@@ -26,13 +26,17 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from dynaforge.store.foreign import ForeignFormat, ForeignLayout, check_real_valued
+from dynaforge.store.foreign import ForeignFormat, ForeignLayout, check_real_valued, per_sample, string_list
 from dynaforge.store.format import AXIS_NAMES, DatasetError
 
 CFD_FIELDS = ("density", "pressure", "Vx", "Vy", "Vz")
 """The compressible-flow fields, in the channel order of PDEBench's loader."""
 COORDINATES = {"x": "x-coordinate", "y": "y-coordinate", "z": "z-coordinate"}
 TIME = "t-coordinate"
+PARAMS, PARAM_NAMES = "params", "param_names"
+"""Where a dynaforge export keeps each sample's parameters: a `params` [N, P] dataset (`tensor` files) or
+attribute of each sample group, names in a `param_names` attribute beside it; PDEBench's loaders never
+read them."""
 
 
 def recognises(h5: h5py.File) -> bool:
@@ -100,19 +104,25 @@ def describe_arrays(h5: h5py.File, stem: str, layout: str, names: tuple[str, ...
         if h5[name].shape != shape:
             raise DatasetError(f"{h5.filename}: `{name}` is {h5[name].shape} but `{names[0]}` is {shape}")
     space = tuple(int(n) for n in shape[2:])
+    n = int(shape[0])
     found = {axis: optional(h5, key) for axis, key in COORDINATES.items()}
+    coords = axis_coordinates(found, space, h5.filename)
+    stored = h5.get(PARAMS)
+    param_names, params = (
+        stored_parameters(h5, None, n) if stored is None else stored_parameters(stored, stored[...], n)
+    )
     return ForeignLayout(
         format="pdebench",
         layout=layout,
         name=stem,
-        n_samples=int(shape[0]),
+        n_samples=n,
         n_frames=int(shape[1]),
         space=space,
         channel_names=("u",) if layout == "tensor" else names,
         time=frame_times(optional(h5, TIME), int(shape[1]), f"{h5.filename}:{TIME}"),
-        coords=axis_coordinates(found, space, h5.filename),
-        param_names=(),
-        params=np.zeros(0, dtype=np.float64),
+        coords={axis: per_sample(c, n, f"{h5.filename}:{axis}") for axis, c in coords.items()},
+        param_names=param_names,
+        params=params,
         test_first=True,
         details={"datasets": list(names)},
     )
@@ -126,7 +136,9 @@ def describe_groups(h5: h5py.File, stem: str, groups: list[str]) -> ForeignLayou
         raise DatasetError(f"{h5.filename}: `{groups[0]}/data` is {shape}, expected [time, x(, y), channels]")
     space = tuple(int(n) for n in shape[1:-1])
     grid = first.get("grid")
-    found = {axis: optional(grid, axis) if grid is not None else None for axis in COORDINATES}
+    coords = {axis: np.stack(c) for axis, c in group_coordinates(h5, groups, space).items()}
+    rows = [h5[key].attrs[PARAMS] for key in groups] if PARAMS in first.attrs else None
+    param_names, params = stored_parameters(first, rows, len(groups))
     channels = int(shape[-1])
     return ForeignLayout(
         format="pdebench",
@@ -141,12 +153,35 @@ def describe_groups(h5: h5py.File, stem: str, groups: list[str]) -> ForeignLayou
             int(shape[0]),
             f"{h5.filename}:{groups[0]}/grid/t",
         ),
-        coords=axis_coordinates(found, space, h5.filename),
-        param_names=(),
-        params=np.zeros(0, dtype=np.float64),
+        coords=coords,
+        param_names=param_names,
+        params=params,
         test_first=False,
         details={"groups": [groups[0], groups[-1]], "group_order": "sorted by name"},
     )
+
+
+def group_coordinates(h5: h5py.File, groups: list[str], space: Sequence[int]) -> dict[str, list[np.ndarray]]:
+    """Each sample group's grid coordinates (`NNNN/grid/x`, ...), axis -> one array per group."""
+    coords: dict[str, list[np.ndarray]] = {}
+    for key in groups:
+        grid = h5[key].get("grid")
+        found = {axis: optional(grid, axis) if grid is not None else None for axis in COORDINATES}
+        for axis, values in axis_coordinates(found, space, f"{h5.filename}:{key}").items():
+            coords.setdefault(axis, []).append(values)
+    return coords
+
+
+def stored_parameters(
+    holder: h5py.Group, rows: np.ndarray | list[np.ndarray] | None, n_samples: int
+) -> tuple[tuple[str, ...], np.ndarray]:
+    """Per-sample parameters a dynaforge export stored beside PDEBench's arrays (PDEBench itself names its
+    parameters in the file name only): names in `holder`'s `param_names` attribute, values `rows`."""
+    if rows is None:
+        return (), np.zeros((n_samples, 0), dtype=np.float64)
+    names = tuple(string_list(holder.attrs.get(PARAM_NAMES)))
+    values = np.asarray(rows, dtype=np.float64).reshape(n_samples, len(names))
+    return names, values
 
 
 def read(h5: h5py.File, layout: ForeignLayout, start: int, stop: int) -> np.ndarray:

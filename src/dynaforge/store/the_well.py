@@ -30,7 +30,14 @@ from typing import Any
 import h5py
 import numpy as np
 
-from dynaforge.store.foreign import ForeignFormat, ForeignLayout, check_real_valued, decode, string_list
+from dynaforge.store.foreign import (
+    ForeignFormat,
+    ForeignLayout,
+    check_real_valued,
+    decode,
+    per_sample,
+    string_list,
+)
 from dynaforge.store.format import AXIS_NAMES, DatasetError
 
 FIELD_GROUPS = ("t0_fields", "t1_fields", "t2_fields")
@@ -73,8 +80,7 @@ def describe(h5: h5py.File, stem: str) -> ForeignLayout:
     if n_dims > len(AXIS_NAMES):
         raise DatasetError(f"{h5.filename}: {n_dims} spatial dimensions; dynaforge reads up to 3")
     coords_raw = [np.asarray(dimensions[name][...], dtype=np.float64) for name in spatial]
-    coords_raw = [c[0] if c.ndim == 2 else c for c in coords_raw]  # sample-varying: trajectory 0's
-    space = tuple(len(c) for c in coords_raw)
+    space = tuple(c.shape[-1] for c in coords_raw)  # (points,) or, sample-varying, (trajectories, points)
     time = np.asarray(dimensions["time"][...], dtype=np.float64)
     time = time[0] if time.ndim == 2 else time
     channels, fields, constant = [], [], []
@@ -95,20 +101,23 @@ def describe(h5: h5py.File, stem: str) -> ForeignLayout:
             fields.append(f"{group_name}/{name}")
     if not channels:
         raise DatasetError(f"{h5.filename}: no time-varying field in {', '.join(FIELD_GROUPS)}")
-    parameters = [p for p in string_list(h5.attrs.get("simulation_parameters")) if p in h5.attrs]
-    numeric = [p for p in parameters if np.asarray(h5.attrs[p]).size == 1]
+    n = int(h5.attrs.get("n_trajectories", h5[fields[0]].shape[0]))
+    param_names, params = parameters(h5, n)
     return ForeignLayout(
         format="the_well",
         layout="the_well",
         name=decode(h5.attrs.get("dataset_name", stem)),
-        n_samples=int(h5.attrs.get("n_trajectories", h5[fields[0]].shape[0])),
+        n_samples=n,
         n_frames=len(time),
         space=space,
         channel_names=tuple(channels),
         time=time,
-        coords={axis: c for axis, c in zip(AXIS_NAMES, coords_raw)},
-        param_names=tuple(numeric),
-        params=np.asarray([float(np.asarray(h5.attrs[p]).ravel()[0]) for p in numeric], dtype=np.float64),
+        coords={
+            axis: per_sample(c, n, f"{h5.filename}:dimensions/{name}")
+            for axis, name, c in zip(AXIS_NAMES, spatial, coords_raw)
+        },
+        param_names=param_names,
+        params=params,
         test_first=False,
         details={
             "spatial_dims": spatial,
@@ -119,6 +128,29 @@ def describe(h5: h5py.File, stem: str) -> ForeignLayout:
             "scalars": field_names(h5["scalars"]) if "scalars" in h5 else [],
         },
     )
+
+
+def parameters(h5: h5py.File, n: int) -> tuple[tuple[str, ...], np.ndarray]:
+    """Every trajectory's parameters, (names, (n, P) float64): the `scalars` that do not vary in time (one
+    value per file, or per trajectory when sample-varying), in `field_names` order, then the numeric
+    `simulation_parameters` attributes not among them."""
+    columns: dict[str, np.ndarray] = {}
+    scalars = h5.get("scalars")
+    for name in field_names(scalars) if scalars is not None else []:
+        dataset = scalars[name]
+        if flag(dataset, "time_varying") or dataset.dtype.kind not in "fiu":
+            continue
+        values = np.asarray(dataset[...], dtype=np.float64).ravel()
+        if flag(dataset, "sample_varying") and values.size == n:
+            columns[name] = values
+        elif values.size == 1:
+            columns[name] = np.full(n, values[0])
+    for name in string_list(h5.attrs.get("simulation_parameters")):
+        value = np.asarray(h5.attrs.get(name, np.zeros(0)))
+        if name not in columns and value.size == 1 and value.dtype.kind in "fiu":
+            columns[name] = np.full(n, float(value.ravel()[0]))
+    params = np.stack(list(columns.values()), axis=1) if columns else np.zeros((n, 0), dtype=np.float64)
+    return tuple(columns), params
 
 
 def boundary_conditions(h5: h5py.File) -> dict[str, Any]:
