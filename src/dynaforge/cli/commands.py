@@ -174,8 +174,14 @@ def parse_sample_count(text: str | None) -> int | None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from dynaforge.store.convert import convert
+    from dynaforge.store.convert import convert, export
     from dynaforge.store.interop import parse_fractions
+
+    if args.to is not None:
+        written, how = export(args.input, args.out, args.to, progress=False if args.quiet else None)
+        print(f"{args.out}: {', '.join(written)}")
+        print(how)
+        return 0
 
     manifest = convert(
         args.input,

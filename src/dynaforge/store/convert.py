@@ -14,14 +14,24 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 import dynaforge
-from dynaforge.atomic import atomic_write_json, check_output_folder, remove_stale_temporaries
+from dynaforge.atomic import (
+    TMP_SUFFIX,
+    atomic_write_json,
+    check_output_folder,
+    remove_stale_temporaries,
+)
 from dynaforge.errors import OUT
 from dynaforge.seeds import SPLITS
+from dynaforge.store.foreign import SinkInput
 from dynaforge.store.format import (
     AXIS_NAMES,
     FORMAT_VERSION,
@@ -31,7 +41,9 @@ from dynaforge.store.format import (
     file_sha256,
     plan_shards,
 )
-from dynaforge.store.interop import DEFAULT_FRACTIONS, ForeignDataset
+from dynaforge.store.interop import DEFAULT_FRACTIONS, FORMATS, ForeignDataset
+from dynaforge.store.reader import DatasetFolder
+from dynaforge.store.to_xarray import axes_and_channels
 from dynaforge.store.writer import ShardHeader, write_arrays_shard
 
 log = logging.getLogger(__name__)
@@ -140,3 +152,87 @@ def write_shard(
     )
     source_index = dataset.source_indices(shard.split)[shard.start : shard.stop]
     return write_arrays_shard(root, shard, header, arrays, {"source_index": source_index})
+
+
+# ---- the other way: a dataset into a foreign format (`dynaforge convert DIR --to the_well|pdebench`) ----
+
+
+def export(path: str | Path, out: str | Path, to: str, progress: bool | None = None) -> tuple[list[str], str]:
+    """Write dataset `path` (a folder, or a PDEBench / The Well file read with its default splits) into the
+    new folder `out` in format `to` (`FORMATS`); returns what was written (relative to `out`) and how to
+    read it back. The folder appears whole or not at all: it is written beside `out` and renamed into place.
+    `progress=None` shows a progress bar only on a terminal."""
+    if to not in FORMATS:
+        raise DatasetError(
+            f"--to {to!r} is not a format dynaforge writes; choose one of: {', '.join(FORMATS)}"
+        )
+    root = Path(out)
+    check_output_folder(root, (), f"an empty folder for the {to} export", DatasetError)
+    folder = DatasetFolder(path)
+    dataset = sink_input(folder)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    partial = root.parent / f".{root.name}.{os.getpid()}{TMP_SUFFIX}"
+    shutil.rmtree(partial, ignore_errors=True)  # a killed export's, by the same process id
+    partial.mkdir()
+    try:
+        with tqdm(
+            total=sum(dataset.split_sizes.values()),
+            unit="sample",
+            disable=None if progress is None else not progress,
+            desc=f"convert --to {to}",
+        ) as bar:
+            written, how = FORMATS[to].write(dataset, partial, bar.update)
+        move_into_place(partial, root)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return written, how
+
+
+def move_into_place(partial: Path, root: Path) -> None:
+    """Rename the finished folder onto `root` (missing, or an empty folder)."""
+    try:
+        os.replace(partial, root)
+    except OSError as error:
+        raise DatasetError(
+            f"{root} could not be replaced by the finished export ({error.strerror}); nothing was written. "
+            f"Choose a new {OUT} folder"
+        ) from None
+
+
+def sink_input(folder: DatasetFolder) -> SinkInput:
+    """What a sink needs of a dataset (names, sizes, statistics, boundaries), checked before anything is
+    written."""
+    shape = folder.manifest["shape"]
+    sizes = {split: folder.split_size(split) for split in SPLITS}
+    first = next(split for split in SPLITS if sizes[split])
+    axes, channels = axes_and_channels(folder, first, len(shape["space"]))
+    if not axes or not set(axes) <= set(AXIS_NAMES):
+        raise DatasetError(
+            f"{folder.root} ({folder.system}) is not on a spatial grid (its axes: {', '.join(axes) or 'none'}); "
+            "The Well and PDEBench hold fields on x, y, z grids, so it cannot be written in their formats"
+        )
+    return SinkInput(
+        system=folder.system,
+        axis_names=axes,
+        channel_names=channels,
+        split_sizes=sizes,
+        read_split=folder.read_split,
+        stats=folder.stats,
+        boundaries=boundaries_of(folder.manifest, axes),
+    )
+
+
+def boundaries_of(manifest: dict[str, Any], axes: Sequence[str]) -> dict[str, str]:
+    """Axis -> boundary type: periodic for a dataset dynaforge generated (its grid systems are periodic
+    boxes); a converted one's, where its source recorded one condition per axis (The Well); else unknown."""
+    source = manifest.get("source")
+    if source is None:
+        return {axis: "PERIODIC" for axis in axes}
+    details = source.get("details", {})
+    recorded = details.get("boundary_conditions", {}).values()
+    by_axis = {
+        c["associated_dims"][0]: c["bc_type"] for c in recorded if len(c.get("associated_dims", [])) == 1
+    }
+    spatial = details.get("spatial_dims", list(axes))
+    return {axis: by_axis[name].upper() for axis, name in zip(axes, spatial) if name in by_axis}

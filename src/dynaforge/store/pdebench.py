@@ -20,23 +20,32 @@ Default test split, as PDEBench: `tensor` and `cfd` files give their first 10% o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from dynaforge.store.foreign import ForeignFormat, ForeignLayout, check_real_valued, per_sample, string_list
-from dynaforge.store.format import AXIS_NAMES, DatasetError
+from dynaforge.store.foreign import (
+    ForeignFormat,
+    ForeignLayout,
+    SinkInput,
+    check_real_valued,
+    identical_rows,
+    per_sample,
+    sink_name,
+    string_list,
+)
+from dynaforge.store.format import AXIS_NAMES, DatasetError, SplitArrays
 
 CFD_FIELDS = ("density", "pressure", "Vx", "Vy", "Vz")
 """The compressible-flow fields, in the channel order of PDEBench's loader."""
 COORDINATES = {"x": "x-coordinate", "y": "y-coordinate", "z": "z-coordinate"}
 TIME = "t-coordinate"
-PARAMS, PARAM_NAMES = "params", "param_names"
+PARAMS, PARAM_NAMES, CHANNEL_NAMES = "params", "param_names", "channel_names"
 """Where a dynaforge export keeps each sample's parameters: a `params` [N, P] dataset (`tensor` files) or
-attribute of each sample group, names in a `param_names` attribute beside it; PDEBench's loaders never
-read them."""
+attribute of each sample group, names in a `param_names` attribute beside it; and the channel names in the
+file's `channel_names` attribute. PDEBench's loaders never read them."""
 
 
 def recognises(h5: h5py.File) -> bool:
@@ -118,7 +127,7 @@ def describe_arrays(h5: h5py.File, stem: str, layout: str, names: tuple[str, ...
         n_samples=n,
         n_frames=int(shape[1]),
         space=space,
-        channel_names=("u",) if layout == "tensor" else names,
+        channel_names=(stored_channel_names(h5, 1) or ("u",)) if layout == "tensor" else names,
         time=frame_times(optional(h5, TIME), int(shape[1]), f"{h5.filename}:{TIME}"),
         coords={axis: per_sample(c, n, f"{h5.filename}:{axis}") for axis, c in coords.items()},
         param_names=param_names,
@@ -147,7 +156,8 @@ def describe_groups(h5: h5py.File, stem: str, groups: list[str]) -> ForeignLayou
         n_samples=len(groups),
         n_frames=int(shape[0]),
         space=space,
-        channel_names=("u",) if channels == 1 else tuple(f"u{c}" for c in range(channels)),
+        channel_names=stored_channel_names(h5, channels)
+        or (("u",) if channels == 1 else tuple(f"u{c}" for c in range(channels))),
         time=frame_times(
             optional(grid, "t") if grid is not None else None,
             int(shape[0]),
@@ -159,6 +169,12 @@ def describe_groups(h5: h5py.File, stem: str, groups: list[str]) -> ForeignLayou
         test_first=False,
         details={"groups": [groups[0], groups[-1]], "group_order": "sorted by name"},
     )
+
+
+def stored_channel_names(h5: h5py.File, channels: int) -> tuple[str, ...]:
+    """The channel names a dynaforge export recorded (PDEBench files have none: empty)."""
+    names = tuple(string_list(h5.attrs.get(CHANNEL_NAMES)))
+    return names if len(names) == channels else ()
 
 
 def group_coordinates(h5: h5py.File, groups: list[str], space: Sequence[int]) -> dict[str, list[np.ndarray]]:
@@ -173,7 +189,7 @@ def group_coordinates(h5: h5py.File, groups: list[str], space: Sequence[int]) ->
 
 
 def stored_parameters(
-    holder: h5py.Group, rows: np.ndarray | list[np.ndarray] | None, n_samples: int
+    holder: h5py.Group | h5py.Dataset, rows: np.ndarray | list[np.ndarray] | None, n_samples: int
 ) -> tuple[tuple[str, ...], np.ndarray]:
     """Per-sample parameters a dynaforge export stored beside PDEBench's arrays (PDEBench itself names its
     parameters in the file name only): names in `holder`'s `param_names` attribute, values `rows`."""
@@ -205,7 +221,88 @@ def read(h5: h5py.File, layout: ForeignLayout, start: int, stop: int) -> np.ndar
     return np.stack(blocks) if blocks else np.zeros((0, *expected), dtype=np.float32)
 
 
-PDEBENCH = ForeignFormat(recognises=recognises, describe=describe, read=read)
+# ---- PDEBench as a sink: `dynaforge convert DIR --to pdebench` -----------------------------------------
+
+
+def write_dataset(
+    dataset: SinkInput, out: Path, on_samples: Callable[[int], object]
+) -> tuple[list[str], str]:
+    """The dataset as one PDEBench file `NAME.hdf5` holding every split, in the order PDEBench's loader splits
+    it: a 1D one-channel dataset on one grid in the `tensor` layout (`FNODatasetSingle`; test, val, train),
+    anything else in per-sample groups (`FNODatasetMult`; train, val, test)."""
+    sizes = dataset.split_sizes
+    order = tensor_order(dataset)
+    layout = "tensor" if order else "groups"
+    order = order or ("train", "val", "test")
+    path = out / f"{sink_name(dataset.system)}.hdf5"
+    with h5py.File(path, "w") as h5:
+        h5.attrs[CHANNEL_NAMES] = list(dataset.channel_names)
+        start = 0
+        for split in order:
+            if sizes[split] == 0:
+                continue
+            arrays = dataset.read_split(split)
+            if layout == "tensor":
+                write_tensor_rows(h5, arrays, start, sum(sizes.values()))
+            else:
+                write_group_rows(h5, arrays, start, sum(sizes.values()))
+            start += len(arrays.fields)
+            on_samples(len(arrays.fields))
+    counts = ",".join(str(sizes[split]) for split in ("train", "val", "test"))
+    test_ratio = sizes["test"] / max(sum(sizes.values()), 1)
+    return [path.name], (
+        f"{layout} layout; PDEBench's loader takes its test split with test_ratio={test_ratio:g}; read it back "
+        f"with `dynaforge convert {path} --out DIR --splits {counts}`"
+    )
+
+
+def tensor_order(dataset: SinkInput) -> tuple[str, ...] | None:
+    """The split order of a `tensor` file (test first, as FNODatasetSingle) when the dataset fits one: 1D, one
+    channel, every sample on the same grid; else None (per-sample groups)."""
+    if len(dataset.axis_names) != 1 or len(dataset.channel_names) != 1:
+        return None
+    grids = [dataset.read_split(s).coords["x"] for s in ("test", "val", "train") if dataset.split_sizes[s]]
+    first = grids[0][0]
+    if all(identical_rows(np.concatenate([first[None], g])) for g in grids):
+        return ("test", "val", "train")
+    return None
+
+
+def write_tensor_rows(h5: h5py.File, arrays: SplitArrays, start: int, total: int) -> None:
+    """Samples [start, start + n) of a `tensor` file [N, T, X], its coordinates and each sample's parameters."""
+    n, frames = len(arrays.fields), arrays.fields.shape[1]
+    if "tensor" not in h5:
+        h5.create_dataset("tensor", shape=(total, *arrays.fields.shape[1:-1]), dtype=np.float32)
+        h5.create_dataset(COORDINATES["x"], data=arrays.coords["x"][0])
+        h5.create_dataset(TIME, data=stored_times(arrays.time, frames))
+        h5.create_dataset(PARAMS, shape=(total, len(arrays.param_names)), dtype=np.float64)
+        h5[PARAMS].attrs[PARAM_NAMES] = list(arrays.param_names)
+    h5["tensor"][start : start + n] = arrays.fields[..., 0]
+    h5[PARAMS][start : start + n] = arrays.params
+
+
+def stored_times(time: np.ndarray, frames: int) -> np.ndarray:
+    """PDEBench's `t-coordinate`: the frames' times and one more (it stores T + 1), spaced as the last two."""
+    if frames < 2:
+        return np.asarray(time, dtype=np.float64)
+    return np.append(time, time[-1] + (time[-1] - time[-2]))
+
+
+def write_group_rows(h5: h5py.File, arrays: SplitArrays, start: int, total: int) -> None:
+    """Samples as groups `0000`, `0001`, ... (zero-padded so that their sorted order is the sample order),
+    each with `data` [T, *space, C], `grid/x` (`grid/y`, `grid/z`), `grid/t` and its parameters."""
+    width = max(4, len(str(total - 1)))
+    for row, sample in enumerate(arrays.fields):
+        group = h5.create_group(f"{start + row:0{width}d}")
+        group.create_dataset("data", data=sample)
+        for axis, coords in arrays.coords.items():
+            group.create_dataset(f"grid/{axis}", data=coords[row])
+        group.create_dataset("grid/t", data=arrays.time)
+        group.attrs[PARAMS] = arrays.params[row]
+        group.attrs[PARAM_NAMES] = list(arrays.param_names)
+
+
+PDEBENCH = ForeignFormat(recognises=recognises, describe=describe, read=read, write=write_dataset)
 
 
 # ---- tiny files in PDEBench's layouts, for tests (no downloads) ----------------------------------------

@@ -23,22 +23,26 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
+import yaml
 
 from dynaforge.store.foreign import (
     ForeignFormat,
     ForeignLayout,
+    SinkInput,
     check_real_valued,
     decode,
+    identical_rows,
     per_sample,
+    sink_name,
     string_list,
 )
-from dynaforge.store.format import AXIS_NAMES, DatasetError
+from dynaforge.store.format import AXIS_NAMES, DatasetError, SplitArrays
 
 FIELD_GROUPS = ("t0_fields", "t1_fields", "t2_fields")
 
@@ -182,7 +186,132 @@ def read(h5: h5py.File, layout: ForeignLayout, start: int, stop: int) -> np.ndar
     return np.concatenate(blocks, axis=-1)
 
 
-THE_WELL = ForeignFormat(recognises=recognises, describe=describe, read=read)
+# ---- The Well as a sink: `dynaforge convert DIR --to the_well` ---------------------------------------
+
+SPLIT_FOLDERS = {"train": "train", "val": "valid", "test": "test"}
+"""dynaforge's split -> The Well's split folder (`data/train`, `data/valid`, `data/test`)."""
+STATISTICS = "stats.yaml"
+
+
+def write_dataset(
+    dataset: SinkInput, out: Path, on_samples: Callable[[int], object]
+) -> tuple[list[str], str]:
+    """The dataset as one The Well dataset folder: `data/{train,valid,test}/NAME.hdf5` (a split without
+    samples gets no file) and `stats.yaml` (the normalisation statistics WellDataset reads)."""
+    name = sink_name(dataset.system)
+    written, statistics = [], {}
+    for split, folder in SPLIT_FOLDERS.items():
+        if dataset.split_sizes[split] == 0:
+            continue
+        arrays = dataset.read_split(split)
+        path = out / "data" / folder / f"{name}.hdf5"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_split_file(path, dataset, name, arrays)
+        written.append(str(path.relative_to(out)))
+        if split == "train":
+            statistics = well_statistics(dataset, arrays.fields)
+        on_samples(len(arrays.fields))
+    (out / STATISTICS).write_text(yaml.safe_dump(statistics, sort_keys=False))
+    written.append(STATISTICS)
+    return written, (
+        f"read it with The Well's `WellDataset(path='{out}', well_split_name='train', "
+        f"normalization_path='{STATISTICS}')`, or back into dynaforge with `dynaforge convert` of a split's file"
+    )
+
+
+def write_split_file(path: Path, dataset: SinkInput, name: str, arrays: SplitArrays) -> None:
+    """One split's samples in The Well's layout: each channel a time-varying scalar field (`t0_fields`), each
+    parameter a scalar (also a simulation parameter where it is the same for every trajectory), the grid in
+    `dimensions` (sample-varying where the samples' grids differ), one boundary condition per known axis."""
+    n, axes = len(arrays.fields), dataset.axis_names
+    constant = [c for c, _ in enumerate(arrays.param_names) if identical_rows(arrays.params[:, c])]
+    with h5py.File(path, "w") as h5:
+        h5.attrs["dataset_name"] = name
+        h5.attrs["grid_type"] = "cartesian"
+        h5.attrs["n_spatial_dims"] = len(axes)
+        h5.attrs["n_trajectories"] = n
+        h5.attrs["simulation_parameters"] = [arrays.param_names[c] for c in constant]
+        for c in constant:
+            h5.attrs[arrays.param_names[c]] = float(arrays.params[0, c])
+        dimensions = h5.create_group("dimensions")
+        dimensions.attrs["spatial_dims"] = list(axes)
+        dimensions.create_dataset("time", data=arrays.time)
+        dimensions["time"].attrs["sample_varying"] = False
+        for axis in axes:
+            coords = arrays.coords[axis]
+            shared = identical_rows(coords)
+            write_varying(dimensions, axis, coords[0] if shared else coords, not shared, time_varying=False)
+        conditions = h5.create_group("boundary_conditions")
+        for axis, kind in dataset.boundaries.items():
+            condition = conditions.create_group(f"{axis}_{kind.lower()}")
+            condition.attrs.update(
+                bc_type=kind,
+                associated_dims=[axis],
+                associated_fields=[],
+                sample_varying=False,
+                time_varying=False,
+            )
+            mask = np.zeros(arrays.fields.shape[2 + axes.index(axis)], dtype=bool)
+            mask[[0, -1]] = True  # the boundary: the first and last grid point of the axis
+            condition.create_dataset("mask", data=mask)
+        scalars = h5.create_group("scalars")
+        scalars.attrs["field_names"] = list(arrays.param_names)
+        for c, parameter in enumerate(arrays.param_names):
+            shared = c in constant
+            values = np.asarray(arrays.params[0, c]) if shared else arrays.params[:, c]  # () or (n,)
+            write_varying(scalars, parameter, values, sample_varying=not shared, time_varying=False)
+        fields = h5.create_group("t0_fields")
+        fields.attrs["field_names"] = list(dataset.channel_names)
+        for channel, field in enumerate(dataset.channel_names):
+            values = arrays.fields[..., channel]  # (n, T, *space)
+            write_varying(
+                fields, field, values, sample_varying=True, time_varying=True, chunks=(1, *values.shape[1:])
+            )
+            fields[field].attrs["dim_varying"] = [True] * len(axes)
+        for group in ("t1_fields", "t2_fields"):  # dynaforge's channels are scalars; the groups are required
+            h5.create_group(group).attrs["field_names"] = []
+
+
+def write_varying(
+    group: h5py.Group,
+    name: str,
+    values: np.ndarray,
+    sample_varying: bool,
+    time_varying: bool,
+    chunks: tuple[int, ...] | None = None,
+) -> None:
+    """A dataset with The Well's `sample_varying` and `time_varying` flags."""
+    group.create_dataset(name, data=values, chunks=chunks)
+    group[name].attrs["sample_varying"] = sample_varying
+    group[name].attrs["time_varying"] = time_varying
+
+
+def well_statistics(dataset: SinkInput, train: np.ndarray) -> dict[str, dict[str, float]]:
+    """The Well's `stats.yaml`: per field `mean`, `std`, `rms` (dynaforge's train statistics) and the same of
+    the differences between consecutive frames (`*_delta`, what WellDataset's delta normalisation uses)."""
+    deltas = np.diff(train, axis=1)  # (N, T - 1, *space, C)
+    over = tuple(range(train.ndim - 1))
+    if deltas.shape[1]:
+        delta_mean = deltas.mean(axis=over, dtype=np.float64)
+        delta_rms = np.sqrt(np.square(deltas, dtype=np.float64).mean(axis=over))
+    else:
+        delta_mean = delta_rms = np.zeros(train.shape[-1])
+    mean, std = (np.asarray(dataset.stats[key], dtype=np.float64) for key in ("mean", "std"))
+    columns = {
+        "mean": mean,
+        "std": std,
+        "rms": np.sqrt(mean**2 + std**2),
+        "mean_delta": delta_mean,
+        "std_delta": np.sqrt(np.maximum(delta_rms**2 - delta_mean**2, 0.0)),
+        "rms_delta": delta_rms,
+    }
+    return {
+        key: {name: float(values[c]) for c, name in enumerate(dataset.channel_names)}
+        for key, values in columns.items()
+    }
+
+
+THE_WELL = ForeignFormat(recognises=recognises, describe=describe, read=read, write=write_dataset)
 
 
 # ---- a tiny file in The Well's layout, for tests (no downloads) ----------------------------------------
