@@ -7,6 +7,9 @@ installable (PDEBench is not on PyPI and its licence forbids redistribution): th
 file with h5py exactly as those loaders do (which keys, which axes, which test split), not with their code.
 The Well's format checker is a script in its repository, not in its package: set THE_WELL_FORMAT_CHECKER to a
 copy of `scripts/check_thewell_formatting.py` to run it on every file written here.
+
+In the benchmark environment (which has no dev extras, so no beartype for the jaxtyping hook):
+    PYTHONPATH=src .venv-bench/bin/python -m pytest -o addopts=-ra tests/integration/test_convert_sinks.py
 """
 
 from __future__ import annotations

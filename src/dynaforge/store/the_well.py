@@ -235,8 +235,7 @@ def write_split_file(path: Path, dataset: SinkInput, name: str, arrays: SplitArr
             h5.attrs[arrays.param_names[c]] = float(arrays.params[0, c])
         dimensions = h5.create_group("dimensions")
         dimensions.attrs["spatial_dims"] = list(axes)
-        dimensions.create_dataset("time", data=arrays.time)
-        dimensions["time"].attrs["sample_varying"] = False
+        write_varying(dimensions, "time", arrays.time, sample_varying=False, time_varying=True)
         for axis in axes:
             coords = arrays.coords[axis]
             shared = identical_rows(coords)
