@@ -139,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         "split, contiguous in file order",
     )
     convert.add_argument("--shard-size", type=int, default=256, help="samples per shard (default 256)")
+    convert.add_argument("--no-progress", action="store_true", help="no progress bar")
     convert.set_defaults(handler=run_convert)
 
     train = verbs.add_parser("train", help="train a surrogate on a dataset folder into a run folder")

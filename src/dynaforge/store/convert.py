@@ -1,4 +1,5 @@
-"""`dynaforge convert`: a PDEBench or The Well file into a dataset folder of the store format.
+"""`dynaforge convert`: a PDEBench or The Well file into a dataset folder of the store format, and (`export`,
+`--to`) a dataset into theirs.
 
 The folder holds the splits, arrays and train statistics that reading the file directly gives
 (`dynaforge.store.interop`), in shards like a generated dataset's. There is no config.yaml (no dynaforge
@@ -7,7 +8,11 @@ its `source` attribute, with a `source_index` dataset (each sample's index in th
 
 Writes are atomic: every shard and record goes to a temporary file renamed into place, and the manifest,
 written last, is what makes the folder a dataset. A rerun of the same conversion into a complete folder
-does nothing; an interrupted one is redone.
+does nothing; an interrupted one is redone. Shards are written by the store's one shard writer
+(`dynaforge.store.writer.write_arrays_shard`), as generated ones are.
+
+`export` hands a dataset to its format's sink (`ForeignFormat.write`, the registry `FORMATS`) and renames
+the finished folder into place (docs/format.md, "Writing PDEBench and The Well").
 """
 
 from __future__ import annotations
@@ -59,8 +64,10 @@ def convert(
     format: str | None = None,
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
     shard_size: int = DEFAULT_SHARD_SIZE,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
-    """Convert foreign file `path` into dataset folder `out`; returns the manifest."""
+    """Convert foreign file `path` into dataset folder `out`; returns the manifest. `progress=None` shows a
+    progress bar only on a terminal."""
     if shard_size < 1:
         raise DatasetError(f"--shard-size must be >= 1, got {shard_size}")
     dataset = ForeignDataset(path, format=format, fractions=fractions)
@@ -74,7 +81,12 @@ def convert(
         return existing
     sizes = {split: dataset.split_size(split) for split in SPLITS}
     shards = plan_shards(sizes, shard_size)
-    records = [write_shard(root, dataset, shard, source) for shard in shards]
+    records = []
+    disabled = None if progress is None else not progress
+    with tqdm(total=sum(sizes.values()), unit="sample", disable=disabled, desc="convert") as bar:
+        for shard in shards:
+            records.append(write_shard(root, dataset, shard, source))
+            bar.update(shard.size)
     manifest = {
         "format_version": FORMAT_VERSION,
         "dynaforge_version": dynaforge.__version__,

@@ -34,6 +34,7 @@ from dynaforge.store.stats import ChannelMoments
 from dynaforge.store.the_well import THE_WELL
 
 FORMATS: dict[str, ForeignFormat] = {"pdebench": PDEBENCH, "the_well": THE_WELL}
+"""The one registry of foreign formats: name -> how to recognise, describe, read and write it."""
 DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
 """(train, val, test) shares of a foreign file's samples."""
 STATS_CHUNK = 64

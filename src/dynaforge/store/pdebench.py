@@ -16,6 +16,10 @@ Three layouts, as PDEBench's own loaders (`FNODatasetSingle`, `FNODatasetMult` i
 Default test split, as PDEBench: `tensor` and `cfd` files give their first 10% of samples to the test set
 (`FNODatasetSingle`: `data[:int(N * test_ratio)]`), `groups` files their last 10% (`FNODatasetMult`:
 `keys[int(N * (1 - test_ratio)):]`).
+
+As a sink (`write_dataset`, `dynaforge convert DIR --to pdebench`) it writes one file in the `tensor` layout
+(1D, one channel, one grid) or in per-sample groups, its samples ordered so that PDEBench's loader finds the
+same test split.
 """
 
 from __future__ import annotations

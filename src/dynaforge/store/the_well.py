@@ -14,9 +14,13 @@ A file holds `n_trajectories` trajectories on a uniform grid (attributes `n_spat
 dynaforge's channels are the time-varying fields, t0 first, then each vector's components, then each
 tensor's, in `field_names` order (as The Well's dataset stacks them); a vector `v` gives channels `v_x`,
 `v_y`, a tensor `s` gives `s_xx`, `s_xy`, ... Fields that do not vary in time (The Well's constant fields)
-are not channels: their names are kept in the manifest. The simulation parameters become every sample's
-parameters. A file is one split in The Well; read directly or converted it is cut into train, val and test
-in trajectory order (test last).
+are not channels: their names are kept in the manifest. The scalars that do not vary in time (per
+trajectory where sample-varying), then the simulation parameters not among them, become the samples'
+parameters; a sample-varying grid is kept per trajectory. A file is one split in The Well; read directly or
+converted it is cut into train, val and test in trajectory order (test last).
+
+As a sink (`write_dataset`, `dynaforge convert DIR --to the_well`) it writes a dataset folder in The Well's
+layout: `data/{train,valid,test}/NAME.hdf5` and `stats.yaml`, each channel a scalar field.
 """
 
 from __future__ import annotations
