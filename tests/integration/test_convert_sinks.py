@@ -235,3 +235,25 @@ def test_a_dataset_without_a_grid_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="not on a spatial grid"):
         export(tmp_path / "nbody", tmp_path / "out", "the_well", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_interrupted_export_leaves_nothing(
+    burgers: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after its first split: no OUT, no partial folder beside it; the rerun writes it whole."""
+    reads = []
+
+    def read_then_stop(self: DatasetFolder, split: str, samples: int | None = None) -> object:
+        reads.append(split)
+        if len(reads) > 1:
+            raise KeyboardInterrupt
+        return original(self, split, samples)
+
+    original = DatasetFolder.read_split
+    monkeypatch.setattr(DatasetFolder, "read_split", read_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        export(burgers, tmp_path / "out" / "well", "the_well", progress=False)
+    assert list((tmp_path / "out").iterdir()) == []
+    monkeypatch.setattr(DatasetFolder, "read_split", original)
+    written, _ = export(burgers, tmp_path / "out" / "well", "the_well", progress=False)
+    assert len(written) == 4 and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["well"]
