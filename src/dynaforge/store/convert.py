@@ -179,7 +179,7 @@ def export(path: str | Path, out: str | Path, to: str, progress: bool | None = N
             f"--to {to!r} is not a format dynaforge writes; choose one of: {', '.join(FORMATS)}"
         )
     root = Path(out)
-    check_output_folder(root, (), f"an empty folder for the {to} export", DatasetError)
+    check_output_folder(root, (), f"a new folder for `--to {to}`", DatasetError)
     folder = DatasetFolder(path)
     dataset = sink_input(folder)
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -198,7 +198,7 @@ def export(path: str | Path, out: str | Path, to: str, progress: bool | None = N
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    return written, how
+    return written, how.format(out=root)
 
 
 def move_into_place(partial: Path, root: Path) -> None:

@@ -72,7 +72,8 @@ class ForeignFormat(NamedTuple):
     """(open file, layout, start, stop) -> fields of samples [start, stop), float32, channels last."""
     write: Callable[[SinkInput, Path, Callable[[int], object]], tuple[list[str], str]]
     """(dataset, new folder `out` the caller made, `on_samples(n)` called after every n samples written) ->
-    (what it wrote, paths relative to `out`; a sentence saying how to read it back)."""
+    (what it wrote, paths relative to `out`; a sentence saying how to read it back, `{out}` standing for the
+    folder's final name: a sink writes into a temporary folder renamed into place)."""
 
 
 def decode(value: Any) -> str:

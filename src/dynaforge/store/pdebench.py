@@ -256,7 +256,7 @@ def write_dataset(
     test_ratio = sizes["test"] / max(sum(sizes.values()), 1)
     return [path.name], (
         f"{layout} layout; PDEBench's loader takes its test split with test_ratio={test_ratio:g}; read it back "
-        f"with `dynaforge convert {path} --out DIR --splits {counts}`"
+        f"with `dynaforge convert {{out}}/{path.name} --out DIR --splits {counts}`"
     )
 
 

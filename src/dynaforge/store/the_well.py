@@ -218,7 +218,7 @@ def write_dataset(
     (out / STATISTICS).write_text(yaml.safe_dump(statistics, sort_keys=False))
     written.append(STATISTICS)
     return written, (
-        f"read it with The Well's `WellDataset(path='{out}', well_split_name='train', "
+        "read it with The Well's `WellDataset(path='{out}', well_split_name='train', "
         f"normalization_path='{STATISTICS}')`, or back into dynaforge with `dynaforge convert` of a split's file"
     )
 
