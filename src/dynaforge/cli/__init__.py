@@ -112,10 +112,22 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(handler=run_verify)
 
     convert = verbs.add_parser(
-        "convert", help="convert a PDEBench or The Well HDF5 file into a dataset folder"
+        "convert",
+        help="convert a PDEBench or The Well HDF5 file into a dataset folder, or (--to) a dataset into theirs",
     )
-    convert.add_argument("input", help="PDEBench or The Well .hdf5/.h5 file")
-    convert.add_argument("--out", required=True, help="dataset folder to create")
+    convert.add_argument(
+        "input", help="PDEBench or The Well .hdf5/.h5 file; with --to, a dataset folder (or such a file)"
+    )
+    convert.add_argument(
+        "--out", required=True, help="folder to create (a dataset folder, or with --to, theirs)"
+    )
+    convert.add_argument(
+        "--to",
+        default=None,
+        metavar="the_well|pdebench",
+        help="write INPUT in this format instead: The Well's dataset folder (data/{train,valid,test}/, "
+        "stats.yaml) or one PDEBench file",
+    )
     convert.add_argument(
         "--format", choices=["pdebench", "the_well"], default=None, help="source format (default: detected)"
     )
@@ -127,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         "split, contiguous in file order",
     )
     convert.add_argument("--shard-size", type=int, default=256, help="samples per shard (default 256)")
+    convert.add_argument("--no-progress", action="store_true", help="no progress bar")
     convert.set_defaults(handler=run_convert)
 
     train = verbs.add_parser("train", help="train a surrogate on a dataset folder into a run folder")

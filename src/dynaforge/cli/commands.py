@@ -195,8 +195,14 @@ def parse_sample_count(text: str | None) -> int | None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from dynaforge.store.convert import convert
+    from dynaforge.store.convert import convert, export
     from dynaforge.store.interop import parse_fractions
+
+    if args.to is not None:
+        written, how = export(args.input, args.out, args.to, progress=False if args.no_progress else None)
+        print(f"{args.out}: {', '.join(written)}")
+        print(how)
+        return 0
 
     manifest = convert(
         args.input,
@@ -204,6 +210,7 @@ def run_convert(args: argparse.Namespace) -> int:
         format=args.format,
         fractions=parse_fractions(args.splits),
         shard_size=args.shard_size,
+        progress=False if args.no_progress else None,
     )
     source, shape = manifest["source"], manifest["shape"]
     splits = "   ".join(f"{k}={v['n_samples']}" for k, v in manifest["splits"].items())

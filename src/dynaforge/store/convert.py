@@ -1,4 +1,5 @@
-"""`dynaforge convert`: a PDEBench or The Well file into a dataset folder of the store format.
+"""`dynaforge convert`: a PDEBench or The Well file into a dataset folder of the store format, and (`export`,
+`--to`) a dataset into theirs.
 
 The folder holds the splits, arrays and train statistics that reading the file directly gives
 (`dynaforge.store.interop`), in shards like a generated dataset's. There is no config.yaml (no dynaforge
@@ -7,24 +8,35 @@ its `source` attribute, with a `source_index` dataset (each sample's index in th
 
 Writes are atomic: every shard and record goes to a temporary file renamed into place, and the manifest,
 written last, is what makes the folder a dataset. A rerun of the same conversion into a complete folder
-does nothing; an interrupted one is redone.
+does nothing; an interrupted one is redone. Shards are written by the store's one shard writer
+(`dynaforge.store.writer.write_arrays_shard`), as generated ones are.
+
+`export` hands a dataset to its format's sink (`ForeignFormat.write`, the registry `FORMATS`) and renames
+the finished folder into place (docs/format.md, "Writing PDEBench and The Well").
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import h5py
-import numpy as np
+from tqdm import tqdm
 
 import dynaforge
-from dynaforge.atomic import atomic_path, atomic_write_json, check_output_folder, remove_stale_temporaries
+from dynaforge.atomic import (
+    TMP_SUFFIX,
+    atomic_write_json,
+    check_output_folder,
+    remove_stale_temporaries,
+)
 from dynaforge.errors import OUT
 from dynaforge.seeds import SPLITS
+from dynaforge.store.foreign import SinkInput
 from dynaforge.store.format import (
     AXIS_NAMES,
     FORMAT_VERSION,
@@ -33,11 +45,11 @@ from dynaforge.store.format import (
     ShardSpec,
     file_sha256,
     plan_shards,
-    shard_record,
 )
-from dynaforge.store.interop import DEFAULT_FRACTIONS, ForeignDataset
-from dynaforge.store.labels import label_shard
-from dynaforge.store.stats import ChannelMoments
+from dynaforge.store.interop import DEFAULT_FRACTIONS, FORMATS, ForeignDataset
+from dynaforge.store.reader import DatasetFolder
+from dynaforge.store.to_xarray import axes_and_channels
+from dynaforge.store.writer import ShardHeader, write_arrays_shard
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +64,10 @@ def convert(
     format: str | None = None,
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
     shard_size: int = DEFAULT_SHARD_SIZE,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
-    """Convert foreign file `path` into dataset folder `out`; returns the manifest."""
+    """Convert foreign file `path` into dataset folder `out`; returns the manifest. `progress=None` shows a
+    progress bar only on a terminal."""
     if shard_size < 1:
         raise DatasetError(f"--shard-size must be >= 1, got {shard_size}")
     dataset = ForeignDataset(path, format=format, fractions=fractions)
@@ -67,7 +81,12 @@ def convert(
         return existing
     sizes = {split: dataset.split_size(split) for split in SPLITS}
     shards = plan_shards(sizes, shard_size)
-    records = [write_shard(root, dataset, shard, source) for shard in shards]
+    records = []
+    disabled = None if progress is None else not progress
+    with tqdm(total=sum(sizes.values()), unit="sample", disable=disabled, desc="convert") as bar:
+        for shard in shards:
+            records.append(write_shard(root, dataset, shard, source))
+            bar.update(shard.size)
     manifest = {
         "format_version": FORMAT_VERSION,
         "dynaforge_version": dynaforge.__version__,
@@ -131,36 +150,101 @@ def prepare_folder(root: Path, identity: dict[str, Any]) -> dict[str, Any] | Non
 def write_shard(
     root: Path, dataset: ForeignDataset, shard: ShardSpec, source: dict[str, Any]
 ) -> dict[str, Any]:
-    """One shard of the store format from samples [shard.start, shard.stop) of a split, and its record."""
-    fields = dataset.read_fields(shard.split, shard.start, shard.stop)
-    arrays = dataset.sample_arrays(fields)
+    """One shard of the store format from samples [shard.start, shard.stop) of a split, and its record
+    (written by the store's one shard writer, `dynaforge.store.writer`)."""
+    arrays = dataset.read_arrays(shard.split, shard.start, shard.stop)
     layout = dataset.layout
-    final = root / shard.file
-    with atomic_path(final) as tmp:
-        with h5py.File(tmp, "w") as h5:
-            h5.attrs["format_version"] = FORMAT_VERSION
-            h5.attrs["dynaforge_version"] = dynaforge.__version__
-            h5.attrs["system"] = dataset.system
-            h5.attrs["split"] = shard.split
-            h5.attrs["start"] = shard.start
-            h5.attrs["stop"] = shard.stop
-            h5.attrs["source"] = json.dumps(source)
-            if len(layout.time) > 1:
-                h5.attrs["dt"] = float(layout.time[1] - layout.time[0])
-            h5.attrs["channel_names"] = list(layout.channel_names)
-            h5.attrs["axis_names"] = list(AXIS_NAMES[: len(layout.space)])
-            h5.create_dataset("fields", data=arrays.fields, chunks=(1, *arrays.fields.shape[1:]))
-            h5.create_dataset("params", data=arrays.params)
-            h5.create_dataset("param_names", data=np.asarray(arrays.param_names, dtype=h5py.string_dtype()))
-            h5.create_dataset("seeds", data=arrays.seeds)
-            h5.create_dataset("index", data=np.arange(shard.start, shard.stop, dtype=np.int64))
-            h5.create_dataset(
-                "source_index", data=dataset.source_indices(shard.split)[shard.start : shard.stop]
-            )
-            h5.create_dataset("time", data=arrays.time)
-            for axis, coords in arrays.coords.items():
-                h5.create_dataset(axis, data=coords)
-            label_shard(h5, dataset.system, AXIS_NAMES[: len(layout.space)], layout.channel_names)
-        record = shard_record(shard, tmp, ChannelMoments.of(fields).to_dict())
-    atomic_write_json(root / shard.record, record)
-    return record
+    header = ShardHeader(
+        system=dataset.system,
+        provenance={"source": json.dumps(source)},
+        dt=float(layout.time[1] - layout.time[0]) if len(layout.time) > 1 else None,
+        channel_names=tuple(layout.channel_names),
+        axis_names=AXIS_NAMES[: len(layout.space)],
+        param_names=tuple(layout.param_names),
+    )
+    source_index = dataset.source_indices(shard.split)[shard.start : shard.stop]
+    return write_arrays_shard(root, shard, header, arrays, {"source_index": source_index})
+
+
+# ---- the other way: a dataset into a foreign format (`dynaforge convert DIR --to the_well|pdebench`) ----
+
+
+def export(path: str | Path, out: str | Path, to: str, progress: bool | None = None) -> tuple[list[str], str]:
+    """Write dataset `path` (a folder, or a PDEBench / The Well file read with its default splits) into the
+    new folder `out` in format `to` (`FORMATS`); returns what was written (relative to `out`) and how to
+    read it back. The folder appears whole or not at all: it is written beside `out` and renamed into place.
+    `progress=None` shows a progress bar only on a terminal."""
+    if to not in FORMATS:
+        raise DatasetError(
+            f"--to {to!r} is not a format dynaforge writes; choose one of: {', '.join(FORMATS)}"
+        )
+    root = Path(out)
+    check_output_folder(root, (), f"a new folder for `--to {to}`", DatasetError)
+    folder = DatasetFolder(path)
+    dataset = sink_input(folder)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    partial = root.parent / f".{root.name}.{os.getpid()}{TMP_SUFFIX}"
+    shutil.rmtree(partial, ignore_errors=True)  # a killed export's, by the same process id
+    partial.mkdir()
+    try:
+        with tqdm(
+            total=sum(dataset.split_sizes.values()),
+            unit="sample",
+            disable=None if progress is None else not progress,
+            desc=f"convert --to {to}",
+        ) as bar:
+            written, how = FORMATS[to].write(dataset, partial, bar.update)
+        move_into_place(partial, root)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return written, how.format(out=root)
+
+
+def move_into_place(partial: Path, root: Path) -> None:
+    """Rename the finished folder onto `root` (missing, or an empty folder)."""
+    try:
+        os.replace(partial, root)
+    except OSError as error:
+        raise DatasetError(
+            f"{root} could not be replaced by the finished export ({error.strerror}); nothing was written. "
+            f"Choose a new {OUT} folder"
+        ) from None
+
+
+def sink_input(folder: DatasetFolder) -> SinkInput:
+    """What a sink needs of a dataset (names, sizes, statistics, boundaries), checked before anything is
+    written."""
+    shape = folder.manifest["shape"]
+    sizes = {split: folder.split_size(split) for split in SPLITS}
+    first = next(split for split in SPLITS if sizes[split])
+    axes, channels = axes_and_channels(folder, first, len(shape["space"]))
+    if not axes or not set(axes) <= set(AXIS_NAMES):
+        raise DatasetError(
+            f"{folder.root} ({folder.system}) is not on a spatial grid (its axes: {', '.join(axes) or 'none'}); "
+            "The Well and PDEBench hold fields on x, y, z grids, so it cannot be written in their formats"
+        )
+    return SinkInput(
+        system=folder.system,
+        axis_names=axes,
+        channel_names=channels,
+        split_sizes=sizes,
+        read_split=folder.read_split,
+        stats=folder.stats,
+        boundaries=boundaries_of(folder.manifest, axes),
+    )
+
+
+def boundaries_of(manifest: dict[str, Any], axes: Sequence[str]) -> dict[str, str]:
+    """Axis -> boundary type: periodic for a dataset dynaforge generated (its grid systems are periodic
+    boxes); a converted one's, where its source recorded one condition per axis (The Well); else unknown."""
+    source = manifest.get("source")
+    if source is None:
+        return {axis: "PERIODIC" for axis in axes}
+    details = source.get("details", {})
+    recorded = details.get("boundary_conditions", {}).values()
+    by_axis = {
+        c["associated_dims"][0]: c["bc_type"] for c in recorded if len(c.get("associated_dims", [])) == 1
+    }
+    spatial = details.get("spatial_dims", list(axes))
+    return {axis: by_axis[name].upper() for axis, name in zip(axes, spatial) if name in by_axis}

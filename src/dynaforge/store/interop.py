@@ -34,6 +34,7 @@ from dynaforge.store.stats import ChannelMoments
 from dynaforge.store.the_well import THE_WELL
 
 FORMATS: dict[str, ForeignFormat] = {"pdebench": PDEBENCH, "the_well": THE_WELL}
+"""The one registry of foreign formats: name -> how to recognise, describe, read and write it."""
 DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
 """(train, val, test) shares of a foreign file's samples."""
 STATS_CHUNK = 64
@@ -158,24 +159,27 @@ class ForeignDataset:
         for start in range(0, n, size):
             yield start, self.read_fields(split, start, min(start + size, n))
 
-    def sample_arrays(self, fields: np.ndarray) -> SplitArrays:
-        """The arrays that go with `fields`: the file's parameters, coordinates and times, seeds 0."""
-        n = fields.shape[0]
+    def read_arrays(self, split: str, start: int = 0, stop: int | None = None) -> SplitArrays:
+        """Samples [start, stop) of the split (split-local indices) with their parameters, coordinates and
+        times, seeds 0 (no dynaforge seed made them)."""
+        fields = self.read_fields(split, start, stop)
+        first = self.ranges[check_split(split)][0] + start
+        rows = slice(first, first + len(fields))
         layout = self.layout
         return SplitArrays(
             fields=fields,
-            params=np.broadcast_to(layout.params, (n, len(layout.params))).copy(),
+            params=layout.params[rows].copy(),
             param_names=layout.param_names,
-            seeds=np.zeros(n, dtype=np.uint64),
+            seeds=np.zeros(len(fields), dtype=np.uint64),
             time=layout.time.copy(),
-            coords={axis: np.broadcast_to(c, (n, len(c))).copy() for axis, c in layout.coords.items()},
+            coords={axis: c[rows].copy() for axis, c in layout.coords.items()},
         )
 
     def read_split(self, split: str, samples: int | None = None) -> SplitArrays:
         """The split's samples in order, all of them or the first `samples` (only those are read)."""
         if self.split_size(split) == 0:
             raise DatasetError(f"split {split!r} of {self.root} has no samples (fractions {self.fractions})")
-        return self.sample_arrays(self.read_fields(split, 0, samples))
+        return self.read_arrays(split, 0, samples)
 
     def source_indices(self, split: str) -> np.ndarray:
         """Each sample's index in the file (sorted group order for per-sample groups), int64."""

@@ -16,23 +16,40 @@ Three layouts, as PDEBench's own loaders (`FNODatasetSingle`, `FNODatasetMult` i
 Default test split, as PDEBench: `tensor` and `cfd` files give their first 10% of samples to the test set
 (`FNODatasetSingle`: `data[:int(N * test_ratio)]`), `groups` files their last 10% (`FNODatasetMult`:
 `keys[int(N * (1 - test_ratio)):]`).
+
+As a sink (`write_dataset`, `dynaforge convert DIR --to pdebench`) it writes one file in the `tensor` layout
+(1D, one channel, one grid) or in per-sample groups, its samples ordered so that PDEBench's loader finds the
+same test split.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from dynaforge.store.foreign import ForeignFormat, ForeignLayout, check_real_valued
-from dynaforge.store.format import AXIS_NAMES, DatasetError
+from dynaforge.store.foreign import (
+    ForeignFormat,
+    ForeignLayout,
+    SinkInput,
+    check_real_valued,
+    identical_rows,
+    per_sample,
+    sink_name,
+    string_list,
+)
+from dynaforge.store.format import AXIS_NAMES, DatasetError, SplitArrays
 
 CFD_FIELDS = ("density", "pressure", "Vx", "Vy", "Vz")
 """The compressible-flow fields, in the channel order of PDEBench's loader."""
 COORDINATES = {"x": "x-coordinate", "y": "y-coordinate", "z": "z-coordinate"}
 TIME = "t-coordinate"
+PARAMS, PARAM_NAMES, CHANNEL_NAMES = "params", "param_names", "channel_names"
+"""Where a dynaforge export keeps each sample's parameters: a `params` [N, P] dataset (`tensor` files) or
+attribute of each sample group, names in a `param_names` attribute beside it; and the channel names in the
+file's `channel_names` attribute. PDEBench's loaders never read them."""
 
 
 def recognises(h5: h5py.File) -> bool:
@@ -100,19 +117,25 @@ def describe_arrays(h5: h5py.File, stem: str, layout: str, names: tuple[str, ...
         if h5[name].shape != shape:
             raise DatasetError(f"{h5.filename}: `{name}` is {h5[name].shape} but `{names[0]}` is {shape}")
     space = tuple(int(n) for n in shape[2:])
+    n = int(shape[0])
     found = {axis: optional(h5, key) for axis, key in COORDINATES.items()}
+    coords = axis_coordinates(found, space, h5.filename)
+    stored = h5.get(PARAMS)
+    param_names, params = (
+        stored_parameters(h5, None, n) if stored is None else stored_parameters(stored, stored[...], n)
+    )
     return ForeignLayout(
         format="pdebench",
         layout=layout,
         name=stem,
-        n_samples=int(shape[0]),
+        n_samples=n,
         n_frames=int(shape[1]),
         space=space,
-        channel_names=("u",) if layout == "tensor" else names,
+        channel_names=(stored_channel_names(h5, 1) or ("u",)) if layout == "tensor" else names,
         time=frame_times(optional(h5, TIME), int(shape[1]), f"{h5.filename}:{TIME}"),
-        coords=axis_coordinates(found, space, h5.filename),
-        param_names=(),
-        params=np.zeros(0, dtype=np.float64),
+        coords={axis: per_sample(c, n, f"{h5.filename}:{axis}") for axis, c in coords.items()},
+        param_names=param_names,
+        params=params,
         test_first=True,
         details={"datasets": list(names)},
     )
@@ -126,7 +149,9 @@ def describe_groups(h5: h5py.File, stem: str, groups: list[str]) -> ForeignLayou
         raise DatasetError(f"{h5.filename}: `{groups[0]}/data` is {shape}, expected [time, x(, y), channels]")
     space = tuple(int(n) for n in shape[1:-1])
     grid = first.get("grid")
-    found = {axis: optional(grid, axis) if grid is not None else None for axis in COORDINATES}
+    coords = {axis: np.stack(c) for axis, c in group_coordinates(h5, groups, space).items()}
+    rows = [h5[key].attrs[PARAMS] for key in groups] if PARAMS in first.attrs else None
+    param_names, params = stored_parameters(first, rows, len(groups))
     channels = int(shape[-1])
     return ForeignLayout(
         format="pdebench",
@@ -135,18 +160,48 @@ def describe_groups(h5: h5py.File, stem: str, groups: list[str]) -> ForeignLayou
         n_samples=len(groups),
         n_frames=int(shape[0]),
         space=space,
-        channel_names=("u",) if channels == 1 else tuple(f"u{c}" for c in range(channels)),
+        channel_names=stored_channel_names(h5, channels)
+        or (("u",) if channels == 1 else tuple(f"u{c}" for c in range(channels))),
         time=frame_times(
             optional(grid, "t") if grid is not None else None,
             int(shape[0]),
             f"{h5.filename}:{groups[0]}/grid/t",
         ),
-        coords=axis_coordinates(found, space, h5.filename),
-        param_names=(),
-        params=np.zeros(0, dtype=np.float64),
+        coords=coords,
+        param_names=param_names,
+        params=params,
         test_first=False,
         details={"groups": [groups[0], groups[-1]], "group_order": "sorted by name"},
     )
+
+
+def stored_channel_names(h5: h5py.File, channels: int) -> tuple[str, ...]:
+    """The channel names a dynaforge export recorded (PDEBench files have none: empty)."""
+    names = tuple(string_list(h5.attrs.get(CHANNEL_NAMES)))
+    return names if len(names) == channels else ()
+
+
+def group_coordinates(h5: h5py.File, groups: list[str], space: Sequence[int]) -> dict[str, list[np.ndarray]]:
+    """Each sample group's grid coordinates (`NNNN/grid/x`, ...), axis -> one array per group."""
+    coords: dict[str, list[np.ndarray]] = {}
+    for key in groups:
+        grid = h5[key].get("grid")
+        found = {axis: optional(grid, axis) if grid is not None else None for axis in COORDINATES}
+        for axis, values in axis_coordinates(found, space, f"{h5.filename}:{key}").items():
+            coords.setdefault(axis, []).append(values)
+    return coords
+
+
+def stored_parameters(
+    holder: h5py.Group | h5py.Dataset, rows: np.ndarray | list[np.ndarray] | None, n_samples: int
+) -> tuple[tuple[str, ...], np.ndarray]:
+    """Per-sample parameters a dynaforge export stored beside PDEBench's arrays (PDEBench itself names its
+    parameters in the file name only): names in `holder`'s `param_names` attribute, values `rows`."""
+    if rows is None:
+        return (), np.zeros((n_samples, 0), dtype=np.float64)
+    names = tuple(string_list(holder.attrs.get(PARAM_NAMES)))
+    values = np.asarray(rows, dtype=np.float64).reshape(n_samples, len(names))
+    return names, values
 
 
 def read(h5: h5py.File, layout: ForeignLayout, start: int, stop: int) -> np.ndarray:
@@ -170,7 +225,88 @@ def read(h5: h5py.File, layout: ForeignLayout, start: int, stop: int) -> np.ndar
     return np.stack(blocks) if blocks else np.zeros((0, *expected), dtype=np.float32)
 
 
-PDEBENCH = ForeignFormat(recognises=recognises, describe=describe, read=read)
+# ---- PDEBench as a sink: `dynaforge convert DIR --to pdebench` -----------------------------------------
+
+
+def write_dataset(
+    dataset: SinkInput, out: Path, on_samples: Callable[[int], object]
+) -> tuple[list[str], str]:
+    """The dataset as one PDEBench file `NAME.hdf5` holding every split, in the order PDEBench's loader splits
+    it: a 1D one-channel dataset on one grid in the `tensor` layout (`FNODatasetSingle`; test, val, train),
+    anything else in per-sample groups (`FNODatasetMult`; train, val, test)."""
+    sizes = dataset.split_sizes
+    order = tensor_order(dataset)
+    layout = "tensor" if order else "groups"
+    order = order or ("train", "val", "test")
+    path = out / f"{sink_name(dataset.system)}.hdf5"
+    with h5py.File(path, "w") as h5:
+        h5.attrs[CHANNEL_NAMES] = list(dataset.channel_names)
+        start = 0
+        for split in order:
+            if sizes[split] == 0:
+                continue
+            arrays = dataset.read_split(split)
+            if layout == "tensor":
+                write_tensor_rows(h5, arrays, start, sum(sizes.values()))
+            else:
+                write_group_rows(h5, arrays, start, sum(sizes.values()))
+            start += len(arrays.fields)
+            on_samples(len(arrays.fields))
+    counts = ",".join(str(sizes[split]) for split in ("train", "val", "test"))
+    test_ratio = sizes["test"] / max(sum(sizes.values()), 1)
+    return [path.name], (
+        f"{layout} layout; PDEBench's loader takes its test split with test_ratio={test_ratio:g}; read it back "
+        f"with `dynaforge convert {{out}}/{path.name} --out DIR --splits {counts}`"
+    )
+
+
+def tensor_order(dataset: SinkInput) -> tuple[str, ...] | None:
+    """The split order of a `tensor` file (test first, as FNODatasetSingle) when the dataset fits one: 1D, one
+    channel, every sample on the same grid; else None (per-sample groups)."""
+    if len(dataset.axis_names) != 1 or len(dataset.channel_names) != 1:
+        return None
+    grids = [dataset.read_split(s).coords["x"] for s in ("test", "val", "train") if dataset.split_sizes[s]]
+    first = grids[0][0]
+    if all(identical_rows(np.concatenate([first[None], g])) for g in grids):
+        return ("test", "val", "train")
+    return None
+
+
+def write_tensor_rows(h5: h5py.File, arrays: SplitArrays, start: int, total: int) -> None:
+    """Samples [start, start + n) of a `tensor` file [N, T, X], its coordinates and each sample's parameters."""
+    n, frames = len(arrays.fields), arrays.fields.shape[1]
+    if "tensor" not in h5:
+        h5.create_dataset("tensor", shape=(total, *arrays.fields.shape[1:-1]), dtype=np.float32)
+        h5.create_dataset(COORDINATES["x"], data=arrays.coords["x"][0])
+        h5.create_dataset(TIME, data=stored_times(arrays.time, frames))
+        h5.create_dataset(PARAMS, shape=(total, len(arrays.param_names)), dtype=np.float64)
+        h5[PARAMS].attrs[PARAM_NAMES] = list(arrays.param_names)
+    h5["tensor"][start : start + n] = arrays.fields[..., 0]
+    h5[PARAMS][start : start + n] = arrays.params
+
+
+def stored_times(time: np.ndarray, frames: int) -> np.ndarray:
+    """PDEBench's `t-coordinate`: the frames' times and one more (it stores T + 1), spaced as the last two."""
+    if frames < 2:
+        return np.asarray(time, dtype=np.float64)
+    return np.append(time, time[-1] + (time[-1] - time[-2]))
+
+
+def write_group_rows(h5: h5py.File, arrays: SplitArrays, start: int, total: int) -> None:
+    """Samples as groups `0000`, `0001`, ... (zero-padded so that their sorted order is the sample order),
+    each with `data` [T, *space, C], `grid/x` (`grid/y`, `grid/z`), `grid/t` and its parameters."""
+    width = max(4, len(str(total - 1)))
+    for row, sample in enumerate(arrays.fields):
+        group = h5.create_group(f"{start + row:0{width}d}")
+        group.create_dataset("data", data=sample)
+        for axis, coords in arrays.coords.items():
+            group.create_dataset(f"grid/{axis}", data=coords[row])
+        group.create_dataset("grid/t", data=arrays.time)
+        group.attrs[PARAMS] = arrays.params[row]
+        group.attrs[PARAM_NAMES] = list(arrays.param_names)
+
+
+PDEBENCH = ForeignFormat(recognises=recognises, describe=describe, read=read, write=write_dataset)
 
 
 # ---- tiny files in PDEBench's layouts, for tests (no downloads) ----------------------------------------

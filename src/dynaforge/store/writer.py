@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import h5py
 import numpy as np
@@ -42,6 +42,7 @@ from dynaforge.store.format import (
     MANIFEST,
     DatasetError,
     ShardSpec,
+    SplitArrays,
     plan_shards,
     read_record,
     sample_sha256,
@@ -50,7 +51,7 @@ from dynaforge.store.format import (
 )
 from dynaforge.store.labels import label_shard
 from dynaforge.store.layout import fields_to_disk
-from dynaforge.store.stats import SampleMoments, records_to_statistics
+from dynaforge.store.stats import ChannelMoments, SampleMoments, records_to_statistics
 from dynaforge.systems import build_system
 from dynaforge.systems.base import SampleRows, System
 
@@ -221,19 +222,69 @@ def write_extras(h5: h5py.File, extras: dict[str, np.ndarray], lo: int, hi: int,
 def write_shard_metadata(
     h5: h5py.File, shard: ShardSpec, config: Config, system: System, seeds: np.ndarray
 ) -> None:
+    header = ShardHeader(
+        system=system.name,
+        provenance={"config": config_to_yaml(config)},
+        dt=config.system.dt * config.system.save_every,
+        channel_names=tuple(system.channel_names),
+        axis_names=tuple(system.axis_names),
+        param_names=tuple(system.parameter_names),
+    )
+    write_shard_header(h5, shard, header, seeds)
+
+
+class ShardHeader(NamedTuple):
+    """What every shard says about itself besides its arrays (docs/format.md), generated or converted."""
+
+    system: str
+    provenance: dict[str, str]
+    """Where the data came from: `config` (the generating config's YAML) or `source` (a conversion's, JSON)."""
+    dt: float | None
+    """Time between stored frames; None when there is one frame."""
+    channel_names: tuple[str, ...]
+    axis_names: tuple[str, ...]
+    param_names: tuple[str, ...]
+
+
+def write_shard_header(h5: h5py.File, shard: ShardSpec, header: ShardHeader, seeds: np.ndarray) -> None:
+    """The attributes and the `seeds`, `index` and `param_names` datasets of one shard (one writer for
+    generation and conversion)."""
     h5.attrs["format_version"] = FORMAT_VERSION
     h5.attrs["dynaforge_version"] = dynaforge.__version__
-    h5.attrs["system"] = system.name
+    h5.attrs["system"] = header.system
     h5.attrs["split"] = shard.split
     h5.attrs["start"] = shard.start
     h5.attrs["stop"] = shard.stop
-    h5.attrs["config"] = config_to_yaml(config)
-    h5.attrs["dt"] = config.system.dt * config.system.save_every
-    h5.attrs["channel_names"] = list(system.channel_names)
-    h5.attrs["axis_names"] = list(system.axis_names)
+    h5.attrs.update(header.provenance)
+    if header.dt is not None:
+        h5.attrs["dt"] = header.dt
+    h5.attrs["channel_names"] = list(header.channel_names)
+    h5.attrs["axis_names"] = list(header.axis_names)
     h5.create_dataset("seeds", data=seeds)
     h5.create_dataset("index", data=np.arange(shard.start, shard.stop, dtype=np.int64))
-    h5.create_dataset("param_names", data=np.asarray(system.parameter_names, dtype=h5py.string_dtype()))
+    h5.create_dataset("param_names", data=np.asarray(header.param_names, dtype=h5py.string_dtype()))
+
+
+def write_arrays_shard(
+    root: Path, shard: ShardSpec, header: ShardHeader, arrays: SplitArrays, extras: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """Write one shard from arrays already in memory (a conversion's), atomically, then its record;
+    `extras` are further per-sample datasets (a conversion's `source_index`)."""
+    final = root / shard.file
+    with atomic_path(final) as tmp:
+        with h5py.File(tmp, "w") as h5:
+            write_shard_header(h5, shard, header, arrays.seeds)
+            fields = arrays.fields
+            h5.create_dataset("fields", data=fields, chunks=(1, *fields.shape[1:]))
+            h5.create_dataset("params", data=arrays.params)
+            write_extras(h5, extras, 0, shard.size, shard.size)
+            h5.create_dataset("time", data=arrays.time)
+            for axis, coords in arrays.coords.items():
+                h5.create_dataset(axis, data=coords)
+            label_shard(h5, header.system, header.axis_names, header.channel_names)
+        record = shard_record(shard, tmp, ChannelMoments.of(fields).to_dict())
+    atomic_write_json(root / shard.record, record)
+    return record
 
 
 def write_coordinates(h5: h5py.File, system: System, params: np.ndarray) -> None:
