@@ -31,13 +31,12 @@ from dynaforge.config import (
     Config,
     ConfigError,
     EvaluateConfig,
-    config_from_dict,
     config_to_dict,
     config_to_yaml,
     load_config,
     resolve_device,
 )
-from dynaforge.data import DataIdentity, Normalizer, check_same_data, data_fingerprint
+from dynaforge.data import DataIdentity, check_same_data, data_fingerprint
 from dynaforge.errors import DATA, RunError
 from dynaforge.evaluate.plots import (
     FieldAxes,
@@ -63,9 +62,9 @@ from dynaforge.evaluate.stack_report import (
 from dynaforge.evaluate.suite import METRICS as METRICS_INFO
 from dynaforge.evaluate.suite import PANELS, MetricSettings, score_predictions, score_rollouts
 from dynaforge.metrics.physics import SPECTRUM_FLOOR
-from dynaforge.models import ModelShape, model_from_checkpoint
+from dynaforge.models import ModelShape, load_surrogate
 from dynaforge.models.latent_stack import LatentStack, load_stack
-from dynaforge.runs import TRAIN_A_RUN, RunFolder, load_checkpoint, run_folder
+from dynaforge.runs import TRAIN_A_RUN, RunFolder, run_folder
 from dynaforge.store import DatasetFolder, SplitArrays
 from dynaforge.store.format import AXIS_NAMES, file_sha256
 from dynaforge.store.labels import units_of
@@ -159,11 +158,7 @@ def evaluate(
     model_folder = run_folder(folder.root / "operator") if is_stack(folder.root) else folder
     checkpoint_path = model_folder.checkpoint(config.checkpoint)
     device = torch.device(resolve_device(config.device))
-    checkpoint = load_checkpoint(checkpoint_path, map_location=device)
-    model = model_from_checkpoint(checkpoint).to(device).eval()
-    shape = ModelShape(**checkpoint["model_shape"])
-    normalizer = Normalizer.from_stats(checkpoint["normalization"])
-    trained = config_from_dict(checkpoint["config"])
+    model, shape, normalizer, trained, checkpoint = load_surrogate(checkpoint_path, device)
     dataset = DatasetFolder(dataset_root(checkpoint, data))
     if "data_identity" in checkpoint:  # runs trained before it was recorded: check_compatible only
         check_same_data(DataIdentity.from_dict(checkpoint["data_identity"]), dataset, str(folder.root))
