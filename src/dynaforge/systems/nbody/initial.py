@@ -14,7 +14,7 @@ import numpy as np
 
 from dynaforge.atomic import atomic_path
 from dynaforge.config import NBodyConfig
-from dynaforge.systems.pde.spectral import draw_from_range
+from dynaforge.systems.pde.initial import draw_from_range
 
 FIGURE_EIGHT_PERIOD = 6.32591398
 """Period of the figure-eight choreography with unit masses and G = 1 (Simó 2002)."""
