@@ -44,7 +44,7 @@ from dynaforge.train.controller_losses import (
 )
 from dynaforge.train.controller_systems import build_training_systems, group_names, window_starts
 from dynaforge.train.engine import Engine, TrainSummary
-from dynaforge.train.task import EngineContext, StepLoss
+from dynaforge.train.task import EngineContext, StepLoss, TaskDefaults
 
 
 class Stream(NamedTuple):
@@ -94,7 +94,7 @@ def fix_scale(net: StepControllerNet, loss: str, train_bias: bool) -> None:
         net.mlp[-1].bias.requires_grad_(False)
 
 
-class ControllerTask:
+class ControllerTask(TaskDefaults):
     """Train `config.timestepper`'s step controller (see the module docstring)."""
 
     kind: str | None = CONTROLLER_KIND

@@ -54,7 +54,7 @@ from dynaforge.config import (
 from dynaforge.models.hopfield import HopfieldNet, build_energy_model, hopfield_state_gradient
 from dynaforge.models.loading import TWO_PHASE_KIND
 from dynaforge.train.engine import Engine, TrainSummary
-from dynaforge.train.task import EngineContext, StepLoss
+from dynaforge.train.task import EngineContext, StepLoss, TaskDefaults
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ def check_supported(config: Config) -> None:
         raise ConfigError("two-phase training does not support " + "; ".join(problems))
 
 
-class TwoPhaseTask:
+class TwoPhaseTask(TaskDefaults):
     """Two-phase windows of `config.twophase.model` on the teacher task, as an engine task.
 
     A step's `loss` runs the free and nudged phases without gradients and returns the contrast of
@@ -394,9 +394,6 @@ class TwoPhaseTask:
         units = free_relaxation(model, self.data.val_inputs, s.free_steps, s.step_size, s.momentum)
         target_units = model.targets_to_units(self.data.val_targets)
         return float(cost(units, target_units, model.output_mask).mean())
-
-    def validation_details(self) -> dict[str, float]:
-        return {}  # the loss is the one figure of validation
 
     def compiled(self, model: nn.Module) -> nn.Module | None:
         """torch.compile the relaxation (`CompiledRelax`), tried on one training batch (free and nudged, the
