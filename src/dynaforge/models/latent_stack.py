@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from dynaforge.data.conditioned import ParameterNormalizer
 from dynaforge.data.normalize import Normalizer
+from dynaforge.errors import ConfigError
 from dynaforge.models.base import ModelInput
 from dynaforge.models.flow import sample
 from dynaforge.models.latent import Conditions, LatentOperator
@@ -69,9 +70,9 @@ class Corrector:
 
     def __post_init__(self) -> None:
         if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (noise in, a sample out), got {self.temperature}")
+            raise ConfigError(f"temperature must be > 0 (noise in, a sample out), got {self.temperature}")
         if self.interval < 1 or self.draws < 1:
-            raise ValueError(f"interval and draws must be >= 1, got {self.interval} and {self.draws}")
+            raise ConfigError(f"interval and draws must be >= 1, got {self.interval} and {self.draws}")
 
     def residual(
         self,
@@ -191,7 +192,7 @@ def ensemble_rollout(
 ) -> Ensemble:
     """`members` predictor-corrector rollouts of the same inputs with independent noise."""
     if members < 2:
-        raise ValueError(f"an ensemble needs at least 2 members, got {members}")
+        raise ConfigError(f"an ensemble needs at least 2 members, got {members}")
     generator = torch.Generator().manual_seed(seed)
     runs = [
         predictor_corrector_rollout(

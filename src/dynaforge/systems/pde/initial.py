@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from dynaforge.config import InitialConfig, Range
+from dynaforge.errors import ConfigError
 
 Family = Callable[[Sequence[int], InitialConfig, np.random.Generator], np.ndarray]
 
@@ -111,7 +112,7 @@ def draw_initial_field(config: InitialConfig, shape: Sequence[int], rng: np.rand
         field = FAMILIES[family](shape, config, rng)
     else:
         valid = ", ".join(["fourier", "grf", *FAMILIES])
-        raise ValueError(f"unknown initial-condition family {family!r}; valid: {valid}")
+        raise ConfigError(f"unknown initial-condition family {family!r}; valid: {valid}")
     return normalize_field(field, config)
 
 

@@ -31,6 +31,7 @@ from jaxtyping import Complex, Float, Inexact
 from torch import Tensor
 
 from dynaforge.config import SystemConfig
+from dynaforge.errors import ConfigError
 from dynaforge.seeds import Rows
 from dynaforge.systems.base import (
     InitialStates,
@@ -166,7 +167,9 @@ class SpectralSystem:
         self.config = config
         self.ndim = getattr(config, "ndim", 1)
         if self.ndim not in self.supported_ndim:
-            raise ValueError(f"{self.name} supports ndim in {self.supported_ndim}, got {self.ndim}")
+            raise ConfigError(
+                f"system.ndim={self.ndim}: {self.name} supports ndim in {self.supported_ndim}; set one of them"
+            )
         self.shape = (config.resolution,) * self.ndim
         self.real_dtype = torch.float64 if config.dtype == "float64" else torch.float32
         self.complex_dtype = REAL_TO_COMPLEX[self.real_dtype]
@@ -392,12 +395,12 @@ class SpectralSystem:
         save_every = self.config.save_every if save_every is None else save_every
         expected = (self.channels, *self.shape)
         if initial.ndim != len(expected) + 1 or tuple(initial.shape[1:]) != expected:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.name}: initial state must have shape (batch, {', '.join(map(str, expected))}), "
                 f"got {tuple(initial.shape)}; add a leading batch axis for a single sample"
             )
         if params.shape != (initial.shape[0], len(self.parameter_names)):
-            raise ValueError(
+            raise ConfigError(
                 f"{self.name}: params must have shape (batch, {len(self.parameter_names)}) with columns "
                 f"{self.parameter_names}, got {tuple(params.shape)}"
             )
