@@ -5,7 +5,7 @@ accumulation group) clip, optimiser step, EMA, schedule, count, log, checkpoint;
 validate, schedule, log, checkpoint. Everything else is set-up. What one step computes is the task's
 (`dynaforge.train.task.Task`); the engine never asks which task it runs, and tuning attaches through
 callbacks. A step whose loss or gradient norm is not finite is skipped on the device and counted; losses
-and gradient norms are read back once per logging window and once per epoch, never in the step. A resumed
+and gradient norms are read back once per log interval and once per epoch, never in the step. A resumed
 run ends with the weights of one that was never interrupted, bit for bit (at the same torch thread count).
 With `train.time_budget` the number of epochs is planned before the first step from a few timed steps
 (`plan_budget`) and settled once more at the end of the first epoch from its measured time (`settle_budget`);
@@ -53,7 +53,7 @@ from dynaforge.train.distributed import (
     wrap_data_parallel,
 )
 from dynaforge.train.ema import EMA
-from dynaforge.train.log import RunLog, TrainingDiverged, WindowMeter, environment
+from dynaforge.train.log import IntervalMeter, RunLog, TrainingDiverged, environment
 from dynaforge.train.optim import build_optimizer, step_unless
 from dynaforge.train.precision import Precision
 from dynaforge.train.profile import StepProfiler
@@ -171,7 +171,7 @@ class Engine(TimeBudget, RunCheckpoints):
         )
         self.records = RunLog(self.run.metrics, self.cluster.main)
         self.stop = StopRequest()
-        self.meter = WindowMeter(self.device)
+        self.meter = IntervalMeter(self.device)
         self.profiler: StepProfiler | None = None
         self.bar: tqdm | None = None
         # Where training stands (restored by `resume`).
@@ -215,9 +215,9 @@ class Engine(TimeBudget, RunCheckpoints):
                         continue  # accumulating: the optimiser steps at the group's last micro-batch
                     self.schedule_step()
                     self.count_step()
-                    self.log_window_if_due(epoch)
+                    self.log_interval_if_due(epoch)
                     self.save_progress_if_due(epoch)
-                self.log_window(epoch)
+                self.log_interval(epoch)
                 self.val_loss = self.validate()
                 self.schedule_epoch(self.val_loss)
                 self.log_epoch(epoch, time.perf_counter() - epoch_started)
@@ -463,12 +463,12 @@ class Engine(TimeBudget, RunCheckpoints):
 
     # ---- logging and checkpoints ------------------------------------------------------------------
 
-    def log_window_if_due(self, epoch: int) -> None:
+    def log_interval_if_due(self, epoch: int) -> None:
         if self.step % self.settings.log_every == 0:
-            self.log_window(epoch)
+            self.log_interval(epoch)
 
-    def log_window(self, epoch: int) -> None:
-        """Read the window's device meters (one host sync), write a metrics line, stop on a bad streak."""
+    def log_interval(self, epoch: int) -> None:
+        """Read the interval's device meters (one host sync), write a metrics line, stop on a bad streak."""
         if self.meter.steps == 0:
             return
         summary = self.meter.read(
@@ -489,7 +489,7 @@ class Engine(TimeBudget, RunCheckpoints):
             self.bar.set_postfix(loss=f"{summary['loss']:.3e}", lr=f"{lr:.2e}", **rates)
         record = {"kind": "train", "epoch": epoch + 1, "step": self.step, "lr": lr, **summary, **data}
         record["elapsed"] = self.elapsed()
-        self.records.window(record, self.settings_key, self.settings.max_bad_steps)
+        self.records.interval(record, self.settings_key, self.settings.max_bad_steps)
 
     def log_epoch(self, epoch: int, seconds: float) -> None:
         loss_sum, good_steps = sum_across_ranks(self.meter.epoch, self.cluster).tolist()

@@ -22,7 +22,7 @@ class StepLoss(NamedTuple):
     objective: Tensor
     value: Tensor
     details: dict[str, Tensor] | None = None
-    """Other 0-dim measures of the step (detached), averaged over each logging window into its record."""
+    """Other 0-dim measures of the step (detached), averaged over each log interval into its record."""
 
 
 class EngineContext(NamedTuple):
@@ -92,7 +92,7 @@ class Task(Protocol):
 
     def data_measures(self) -> dict[str, float]:
         """Measures of the task's data source since the last call (`windows_per_s`, `data_wait_share`),
-        added to each logging interval's record and the progress bar; empty when the task has none."""
+        added to each log interval's record and the progress bar; empty when the task has none."""
         ...
 
     def close(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +17,7 @@ Nonlinear = Callable[[Tensor], Tensor]
 """Maps a spectral state to the spectrum of its nonlinear term N(u)."""
 
 
+@runtime_checkable
 class Grid(Protocol):
     """What a nonlinear term reads of its system (`spectral.SpectralSystem`): the grid and its 2/3 band."""
 
