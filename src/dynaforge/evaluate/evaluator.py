@@ -521,15 +521,15 @@ def sample_figures(
 
 
 def training_figure(folder: RunFolder) -> bytes | None:
-    """The loss curves of metrics.jsonl: per logged window of steps and per epoch (None without a log)."""
+    """The loss curves of metrics.jsonl: per log interval and per epoch (None without a log)."""
     if not folder.metrics.exists():
         return None
     records = read_metrics(folder.metrics)
-    windows = [r for r in records if r.get("kind") == "train" and "loss" in r and "step" in r]
+    intervals = [r for r in records if r.get("kind") == "train" and "loss" in r and "step" in r]
     epochs = [r for r in records if r.get("kind") == "epoch" and "step" in r]
-    if not windows and not epochs:
+    if not intervals and not epochs:
         return None
-    return training_curves_png([r["step"] for r in windows], [r["loss"] for r in windows], epochs)
+    return training_curves_png([r["step"] for r in intervals], [r["loss"] for r in intervals], epochs)
 
 
 def training_summary(folder: RunFolder) -> dict[str, Any]:
