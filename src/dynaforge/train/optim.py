@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from dynaforge.config import OptimizerConfig, TrainConfig
-from dynaforge.errors import ConfigError, RunError
+from dynaforge.errors import ConfigError
 from dynaforge.models.spectral import SpectralConv
 
 log = logging.getLogger(__name__)
@@ -236,7 +236,7 @@ class HybridOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if set(state_dict) != set(self.inner):
-            raise RunError(
+            raise ConfigError(
                 f"not a Muon + AdamW optimiser state (keys {sorted(state_dict)}); was the checkpoint trained "
                 "with another train.optimizer.name?"
             )
