@@ -533,7 +533,7 @@ def run_case(
                 "machine": device_name(device),
                 "limit": limit,
                 "notes": (
-                    f"each block's save_every steps replayed from a CUDA graph (spectral.CapturedSteps) against "
+                    f"each block's save_every steps replayed from a CUDA graph (pde.capture.CapturedSteps) against "
                     f"the same steps launched one by one from Python; trajectories bitwise identical: "
                     f"{identical}; medians of {repeats} interleaved runs: graphed {batched.median:.4f} s, eager "
                     f"{eager_timing[0].median:.4f} s (first call {eager_timing[0].warmup:.4f} s); {environment}"

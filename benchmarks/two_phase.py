@@ -25,7 +25,7 @@ steps, the update) on the same batch, one thread, after warm-up; medians of inte
 - (in the notes) dynaforge's window with one `.item()` per relaxation step, to separate what the syncs
   alone cost from the rest;
 - dynaforge eager: one engine step (`Engine.micro_step`: no host sync, preallocated snapshot, the loss
-  read once per logging window);
+  read once per log interval);
 - dynaforge compiled: the same with `train.compile.enabled=true` (the relaxation compiled in chunks of 10
   steps; compile time reported in the notes, not in the rate).
 The naive window's updates are checked against dynaforge's (same weights after the timed windows).
@@ -220,7 +220,7 @@ def compare_speed(windows: int, repeats: int, work: Path, compile_relaxation: bo
     energies: list[float] = []
 
     def sync_meter(trainer: Engine) -> None:
-        trainer.meter.read()  # what a logging window does, once
+        trainer.meter.read()  # what a log interval does, once
 
     runs = {
         "naive": lambda: naive_window(naive_trainer, inputs, targets, energies),

@@ -35,7 +35,6 @@ from torch import Tensor, nn
 from dynaforge.config import (
     Config,
     ConfigError,
-    config_from_dict,
     load_config,
     resolve_device,
 )
@@ -46,8 +45,8 @@ from dynaforge.evaluate.rollout import predict_physical
 from dynaforge.floating import flush_denormals
 from dynaforge.generate import generate as generate_folder
 from dynaforge.generate import system_for
-from dynaforge.models import ModelShape, model_from_checkpoint
-from dynaforge.runs import load_checkpoint, run_folder
+from dynaforge.models import ModelShape, load_surrogate
+from dynaforge.runs import run_folder
 from dynaforge.seeds import SPLITS, Rows
 from dynaforge.store import DatasetFolder, SplitArrays
 from dynaforge.store.layout import fields_from_disk
@@ -384,7 +383,7 @@ class Run:
 
 def load_run(path: str | Path, *, checkpoint: Literal["best", "last"] = "best", device: str = "cpu") -> Run:
     """The surrogate trained in run folder `path`, from its `best` or `last` checkpoint, on `device`, in
-    eval mode (`dynaforge.models.model_from_checkpoint`).
+    eval mode (`dynaforge.models.load_surrogate`).
 
     >>> import dynaforge
     >>> run = dynaforge.load_run(tiny_run)
@@ -395,19 +394,14 @@ def load_run(path: str | Path, *, checkpoint: Literal["best", "last"] = "best", 
         raise ConfigError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
     folder = run_folder(path)
     where = torch.device(resolve_device(device))
-    state = load_checkpoint(folder.checkpoint(checkpoint), map_location=where)
-    if state.get("kind") is not None:
-        raise ConfigError(
-            f"{folder.checkpoint(checkpoint)} holds a model of kind {state['kind']!r}; load_run loads "
-            "surrogates (use dynaforge.models.loading.load_model for the others)"
-        )
+    loaded = load_surrogate(folder.checkpoint(checkpoint), where)
     return Run(
         root=folder.root,
         checkpoint=checkpoint,
-        model=model_from_checkpoint(state).to(where).eval(),
-        config=config_from_dict(state["config"]),
-        shape=ModelShape(**state["model_shape"]),
-        normalizer=Normalizer.from_stats(state["normalization"]),
+        model=loaded.model,
+        config=loaded.config,
+        shape=loaded.shape,
+        normalizer=loaded.normalizer,
         device=where,
     )
 

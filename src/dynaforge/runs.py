@@ -1,7 +1,7 @@
 """The run folder layout, shared by training, evaluation and the `run` pipeline.
 
 RUN/config.yaml            the resolved config the run was trained with
-RUN/metrics.jsonl          one JSON line per logging window and per epoch
+RUN/metrics.jsonl          one JSON line per log interval and per epoch
 RUN/checkpoints/last.pt    after every epoch
 RUN/checkpoints/best.pt    the epoch with the lowest validation loss
 RUN/checkpoints/epoch-N.pt kept snapshots, every `train.keep_every` epochs

@@ -33,7 +33,14 @@ from dynaforge.export.onnx_export import (
 from dynaforge.export.onnx_rollout import rollout_onnx
 from dynaforge.generate import generate
 from dynaforge.metrics.fields import nrmse_per_frame
-from dynaforge.models import MODELS, ModelInput, ModelShape, build_model, model_from_checkpoint
+from dynaforge.models import (
+    MODELS,
+    ModelInput,
+    ModelShape,
+    build_model,
+    load_surrogate,
+    model_from_checkpoint,
+)
 from dynaforge.runs import CHECKPOINT_VERSION, save_checkpoint
 from dynaforge.store import DatasetFolder
 from dynaforge.train import train
@@ -242,7 +249,7 @@ def test_a_mismatch_above_tolerance_is_an_error(trained_export: tuple[Path, Path
     run, onnx_path = trained_export
     # Verify the exported file against a model whose weights moved: the difference must be caught.
     state = torch.load(run / "checkpoints" / "best.pt", weights_only=True)
-    exportable = surrogate_exportable(state, None)
+    exportable = surrogate_exportable(load_surrogate(state), None)
     verify(onnx_path, exportable)  # the model it was exported from passes
     with torch.no_grad():
         first = next(exportable.reference.parameters())

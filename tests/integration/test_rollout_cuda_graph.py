@@ -1,4 +1,4 @@
-"""PDE rollouts on a GPU replay each block's steps from a CUDA graph (`spectral.CapturedSteps`): the same
+"""PDE rollouts on a GPU replay each block's steps from a CUDA graph (`pde.capture.CapturedSteps`): the same
 kernels as eager stepping, so the same bits, and progress reports that add up. Skipped without a GPU."""
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ import torch
 
 from dynaforge.config import load_config
 from dynaforge.runs import load_checkpoint
-from dynaforge.train import engine, train
+from dynaforge.train import budget as budget_module
+from dynaforge.train import train
 from dynaforge.train.log import read_metrics
 from tests.conftest import CONFIGS
 
@@ -30,7 +31,7 @@ def no_overrun_cut() -> Iterator[None]:
     budget: on a loaded machine a 2 s budget overran to 3 s and the cut made the weights differ from a plain
     run of the planned epochs. The net is switched off here so that load cannot decide the outcome."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "OVERRUN", math.inf)
+        patch.setattr(budget_module, "OVERRUN", math.inf)
         yield
 
 
@@ -75,8 +76,8 @@ def test_the_plan_leaves_no_trace_a_run_of_that_many_epochs_has_the_same_weights
     # never moves: then a budget run is a plain run of that many epochs, bit for bit, if the timed probe
     # steps were undone.
     epochs = 3
-    monkeypatch.setattr(engine, "epochs_in_budget", lambda *_: epochs)
-    monkeypatch.setattr(engine, "epochs_after_the_first", lambda *_: epochs)
+    monkeypatch.setattr(budget_module, "epochs_in_budget", lambda *_: epochs)
+    monkeypatch.setattr(budget_module, "epochs_after_the_first", lambda *_: epochs)
     budget = tmp_path / "budget"
     train(load_config(TINY, BUDGET), tiny_data, budget, progress=False)
     assert load_checkpoint(budget / "checkpoints" / "last.pt")["budget_epochs"] == epochs
@@ -91,7 +92,7 @@ def test_a_plan_that_missed_is_corrected_after_the_first_epoch(
     tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Probe steps that made an epoch look 40x cheaper than it is: the first epoch's measured time decides.
-    monkeypatch.setattr(engine, "epochs_in_budget", lambda *_: 80)
+    monkeypatch.setattr(budget_module, "epochs_in_budget", lambda *_: 80)
     run = tmp_path / "run"
     train(load_config(TINY, ["train.time_budget=1"]), tiny_data, run, progress=False)
     records = read_metrics(run / "metrics.jsonl")
@@ -107,8 +108,8 @@ def test_a_plan_that_fell_short_gets_the_epochs_the_first_one_measured(
     tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Planned one epoch, settled at three: all three run, and the schedule ends at the third.
-    monkeypatch.setattr(engine, "epochs_in_budget", lambda *_: 1)
-    monkeypatch.setattr(engine, "epochs_after_the_first", lambda *_: 3)
+    monkeypatch.setattr(budget_module, "epochs_in_budget", lambda *_: 1)
+    monkeypatch.setattr(budget_module, "epochs_after_the_first", lambda *_: 3)
     run = tmp_path / "run"
     train(load_config(TINY, ["train.time_budget=1", "train.log_every=1"]), tiny_data, run, progress=False)
     records = read_metrics(run / "metrics.jsonl")

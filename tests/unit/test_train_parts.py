@@ -18,7 +18,7 @@ from dynaforge.config import (
 )
 from dynaforge.models import ModelInput, ModelShape, build_model
 from dynaforge.runs import CheckpointError, load_checkpoint, save_checkpoint
-from dynaforge.train.log import WindowMeter
+from dynaforge.train.log import IntervalMeter
 from dynaforge.train.optim import build_optimizer, parameter_groups
 from dynaforge.train.schedule import build_scheduler, warmup_cosine_factor
 
@@ -118,7 +118,7 @@ def test_load_checkpoint_errors(tmp_path: Path) -> None:
 
 
 def test_window_meter_means_skips_and_streaks() -> None:
-    meter = WindowMeter(torch.device("cpu"))
+    meter = IntervalMeter(torch.device("cpu"))
     good, bad = torch.tensor(False), torch.tensor(True)
     meter.add(torch.tensor(1.0), torch.tensor(4.0), good)
     meter.count(8)

@@ -30,13 +30,12 @@ from dynaforge.config import (
     Config,
     ConfigError,
     EvaluateConfig,
-    config_from_dict,
     config_to_dict,
     config_to_yaml,
     load_config,
     resolve_device,
 )
-from dynaforge.data import DataIdentity, Normalizer, check_same_data, data_fingerprint
+from dynaforge.data import DataIdentity, check_same_data, data_fingerprint
 from dynaforge.errors import DATA, RunError
 from dynaforge.evaluate.plots import (
     FieldAxes,
@@ -62,9 +61,9 @@ from dynaforge.evaluate.stack_report import (
 from dynaforge.evaluate.suite import METRICS as METRICS_INFO
 from dynaforge.evaluate.suite import PANELS, MetricSettings, score_predictions, score_rollouts
 from dynaforge.metrics.physics import SPECTRUM_FLOOR
-from dynaforge.models import ModelShape, model_from_checkpoint
+from dynaforge.models import ModelShape, load_surrogate
 from dynaforge.models.latent_stack import LatentStack, load_stack
-from dynaforge.runs import TRAIN_A_RUN, RunFolder, load_checkpoint, run_folder
+from dynaforge.runs import TRAIN_A_RUN, RunFolder, run_folder
 from dynaforge.store import DatasetFolder, SplitArrays
 from dynaforge.store.format import AXIS_NAMES, file_sha256
 from dynaforge.store.labels import units_of
@@ -158,11 +157,7 @@ def evaluate(
     model_folder = run_folder(folder.root / "operator") if is_stack(folder.root) else folder
     checkpoint_path = model_folder.checkpoint(config.checkpoint)
     device = torch.device(resolve_device(config.device))
-    checkpoint = load_checkpoint(checkpoint_path, map_location=device)
-    model = model_from_checkpoint(checkpoint).to(device).eval()
-    shape = ModelShape(**checkpoint["model_shape"])
-    normalizer = Normalizer.from_stats(checkpoint["normalization"])
-    trained = config_from_dict(checkpoint["config"])
+    model, shape, normalizer, trained, checkpoint = load_surrogate(checkpoint_path, device)
     dataset = DatasetFolder(dataset_root(checkpoint, data))
     if "data_identity" in checkpoint:  # runs trained before it was recorded: check_compatible only
         check_same_data(DataIdentity.from_dict(checkpoint["data_identity"]), dataset, str(folder.root))
@@ -516,15 +511,15 @@ def sample_figures(
 
 
 def training_figure(folder: RunFolder) -> bytes | None:
-    """The loss curves of metrics.jsonl: per logged window of steps and per epoch (None without a log)."""
+    """The loss curves of metrics.jsonl: per log interval and per epoch (None without a log)."""
     if not folder.metrics.exists():
         return None
     records = read_metrics(folder.metrics)
-    windows = [r for r in records if r.get("kind") == "train" and "loss" in r and "step" in r]
+    intervals = [r for r in records if r.get("kind") == "train" and "loss" in r and "step" in r]
     epochs = [r for r in records if r.get("kind") == "epoch" and "step" in r]
-    if not windows and not epochs:
+    if not intervals and not epochs:
         return None
-    return training_curves_png([r["step"] for r in windows], [r["loss"] for r in windows], epochs)
+    return training_curves_png([r["step"] for r in intervals], [r["loss"] for r in intervals], epochs)
 
 
 def training_summary(folder: RunFolder) -> dict[str, Any]:

@@ -253,7 +253,7 @@ def metric_curves_png(
 def training_curves_figure(
     steps: Sequence[int], losses: Sequence[float], epochs: Sequence[Mapping[str, Any]]
 ) -> Figure:
-    """The training loss of each logged window of optimizer steps (`steps`, `losses`) and, per epoch (at
+    """The training loss of each log interval of optimizer steps (`steps`, `losses`) and, per epoch (at
     its last step), the mean training loss and the validation loss; log y. Beside it, when the epochs record
     their `elapsed` seconds, the validation loss against wall time."""
     timed = bool(epochs) and all(r.get("elapsed") is not None and r.get("val_loss") for r in epochs)
@@ -263,7 +263,7 @@ def training_curves_figure(
         wall_time_axes(figure.add_subplot(1, 2, 2), epochs)
     if len(steps):
         axes.plot(
-            steps, losses, color="tab:blue", alpha=0.45, linewidth=1, label="training loss, per logged window"
+            steps, losses, color="tab:blue", alpha=0.45, linewidth=1, label="training loss, per log interval"
         )
     at = [r["step"] for r in epochs]
     for key, color, label in (

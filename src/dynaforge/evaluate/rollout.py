@@ -21,6 +21,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.data import Normalizer, WindowDataset, fields_to_channels_first
+from dynaforge.errors import ConfigError
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout
 from dynaforge.threads import run_pieces
 
@@ -110,7 +111,7 @@ def rollouts(
     trajectories = fields_to_channels_first(fields)[:, start_frame::stride]  # (N, T', C, *space)
     available = available_rollout_frames(fields.shape[1], shape, stride, start_frame)
     if available < 1:
-        raise ValueError(
+        raise ConfigError(
             f"trajectories of {fields.shape[1]} frames leave nothing to predict after {shape.history} input "
             f"frames from frame {start_frame} with stride {stride}; lower evaluate.start_frame"
         )

@@ -31,6 +31,7 @@ from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
 from dynaforge.data import Normalizer, WindowDataset, fields_to_channels_first
+from dynaforge.errors import ConfigError, RunError
 from dynaforge.evaluate.plots import figure_to_png, label_rollout_axes
 from dynaforge.evaluate.rollout import Predictions, Rollouts, available_rollout_frames
 from dynaforge.metrics.ensemble import spread_error_correlation
@@ -146,7 +147,7 @@ def stack_rollouts(
     trajectories = fields_to_channels_first(fields)[:, start_frame::stride]
     frames = min(frames, available_rollout_frames(fields.shape[1], shape, stride, start_frame))
     if frames < 1:
-        raise ValueError(
+        raise ConfigError(
             f"trajectories of {fields.shape[1]} frames leave nothing to predict after {shape.history} input "
             f"frames from frame {start_frame} with stride {stride}; lower evaluate.start_frame"
         )
@@ -229,7 +230,7 @@ def steady_prior_score(
     for the training split's mean long-time spectrum (one spectrum for every test trajectory, what a prior
     that ignores the parameters at best knows). `energy_ratio`: mean energy of the samples / the truth's."""
     if stack.steady_prior is None:
-        raise ValueError("the stack has no steady prior; train stage steady_prior first")
+        raise RunError("this stack has no steady prior; train its steady_prior stage first")
     spatial_dims = test_fields.ndim - 3
     truth = fields_to_channels_first(test_fields[:, -last_frames:]).float()  # (N, L, C, *space)
     train = fields_to_channels_first(train_fields[:, -last_frames:]).float()

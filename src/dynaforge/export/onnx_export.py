@@ -1,7 +1,7 @@
 """`dynaforge export RUN --out model.onnx`: a run's model as ONNX, verified in onnxruntime against PyTorch.
 
 Three kinds of run, told apart by the checkpoint:
-- a surrogate of `dynaforge.models.MODELS` (any registry model, rebuilt with `model_from_checkpoint`): input
+- a surrogate of `dynaforge.models.MODELS` (any registry model, loaded with `load_surrogate`): input
   `frames` (batch, history, channels, *space), normalised; output `next_frames` (batch, horizon, channels,
   *space). The grid is fixed at the trained resolution; the batch axis is dynamic.
 - the latent stack's flow network (a stage run of `train/stages.py`): inputs `state`, `time`, `condition`,
@@ -32,7 +32,7 @@ import json
 import logging
 import typing
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -42,11 +42,17 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.atomic import atomic_path
-from dynaforge.data import Normalizer
 from dynaforge.errors import RunError
 from dynaforge.export.checksum import CHECKSUM_KEY, METADATA_KEY, model_checksum
 from dynaforge.export.onnx_file import Holds, read_onnx_file
-from dynaforge.models import ModelInput, ModelOutput, ModelShape, model_from_checkpoint
+from dynaforge.models import (
+    LoadedModel,
+    ModelInput,
+    ModelOutput,
+    ModelShape,
+    load_surrogate,
+    model_from_checkpoint,
+)
 from dynaforge.models.flow import FlowInput, FlowOutput
 from dynaforge.models.loading import CONTROLLER_KIND
 from dynaforge.models.step_controller import StepControllerInput, StepControllerNet
@@ -165,10 +171,12 @@ def export_run(
     state = load_checkpoint(folder.checkpoint(checkpoint))
     if state.get("kind") == CONTROLLER_KIND:
         exportable = controller_exportable(state)
-    elif follows_contract(type(model_from_checkpoint(state)), FlowInput, FlowOutput):
-        exportable = flow_exportable(state, data)
     else:
-        exportable = surrogate_exportable(state, data)
+        loaded = load_surrogate(state)
+        if follows_contract(type(loaded.model), FlowInput, FlowOutput):
+            exportable = flow_exportable(loaded, data)
+        else:
+            exportable = surrogate_exportable(loaded, data)
     path = export_module(exportable, Path(out))
     checks = verify(path, exportable)
     return ExportResult(path, OPSET, exportable.input_names, exportable.output_names, checks)
@@ -194,12 +202,11 @@ def check_replaceable(out: Path, force: bool) -> None:
 # ---- what to export ---------------------------------------------------------------------------------
 
 
-def surrogate_exportable(state: dict[str, Any], data: str | Path | None) -> Exportable:
+def surrogate_exportable(loaded: LoadedModel, data: str | Path | None) -> Exportable:
     """A registry model from its checkpoint, with random frames and real test windows to check it on."""
-    model = model_from_checkpoint(state).eval()
+    model, shape, state = loaded.model, loaded.shape, loaded.checkpoint
     check_surrogate_contract(model)
-    shape = ModelShape(**state["model_shape"])
-    frames = real_frames(state, shape, data)
+    frames = real_frames(loaded, data)
     space = tuple(frames.shape[3:])
     generator = torch.Generator().manual_seed(0)
 
@@ -229,7 +236,7 @@ def surrogate_exportable(state: dict[str, Any], data: str | Path | None) -> Expo
 
 
 def field_model_metadata(
-    kind: str, state: dict[str, Any], shape: ModelShape, space: Sequence[int]
+    kind: str, state: Mapping[str, Any], shape: ModelShape, space: Sequence[int]
 ) -> dict[str, Any]:
     """What the ONNX metadata of a model on fields holds beside its inputs and outputs."""
     return {
@@ -259,14 +266,13 @@ def exportable_model(model_class: type[nn.Module]) -> bool:
     return follows_surrogate_contract(model_class) or follows_contract(model_class, FlowInput, FlowOutput)
 
 
-def flow_exportable(state: dict[str, Any], data: str | Path | None) -> Exportable:
+def flow_exportable(loaded: LoadedModel, data: str | Path | None) -> Exportable:
     """The flow network of a `diffusion_residual`, `consistency_distill` or `steady_prior` stage. Random
     inputs, and real ones: test frames of the dataset as the conditioning frames, Gaussian noise as the
     state (where a sampler starts), flow times spread over [0, 1], the mean parameters."""
-    model = model_from_checkpoint(state).eval()
-    shape = ModelShape(**state["model_shape"])
+    model, shape, state = loaded.model, loaded.shape, loaded.checkpoint
     config = model.config
-    frames = real_frames(state, shape, data)  # (N, history, C, *space)
+    frames = real_frames(loaded, data)  # (N, history, C, *space)
     space = tuple(frames.shape[3:])
     generator = torch.Generator().manual_seed(0)
 
@@ -319,9 +325,10 @@ def check_surrogate_contract(model: nn.Module) -> None:
         )
 
 
-def real_frames(state: dict[str, Any], shape: ModelShape, data: str | Path | None) -> Tensor:
+def real_frames(loaded: LoadedModel, data: str | Path | None) -> Tensor:
     """Normalised input windows from the first test trajectories of the dataset (default: the trained one)."""
-    root = Path(data) if data is not None else Path(str(state.get("data", "")))
+    shape = loaded.shape
+    root = Path(data) if data is not None else Path(str(loaded.checkpoint.get("data", "")))
     if not root.exists():
         raise ExportError(
             f"the dataset {root} the run was trained on is not here; the real-input check needs one: pass "
@@ -334,9 +341,8 @@ def real_frames(state: dict[str, Any], shape: ModelShape, data: str | Path | Non
     # (N, T, *space, C); only these samples' shards are read
     fields = dataset.read_split("test", count).fields
     channels_first = np.moveaxis(fields, -1, 2)[:, : shape.history]  # (N, history, C, *space)
-    normalizer = Normalizer.from_stats(state["normalization"])
     frames = torch.as_tensor(np.ascontiguousarray(channels_first), dtype=torch.float32)
-    return normalizer.physical_to_normalized(frames, shape.spatial_dims)
+    return loaded.normalizer.physical_to_normalized(frames, shape.spatial_dims)
 
 
 def controller_exportable(state: dict[str, Any]) -> Exportable:

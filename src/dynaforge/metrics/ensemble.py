@@ -8,6 +8,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from dynaforge.errors import ConfigError
+
 
 def energy_score(
     samples: Float[Tensor, "members batch *rest"], truth: Float[Tensor, " batch *rest"]
@@ -16,7 +18,7 @@ def energy_score(
     mean_i d(X_i, y) - 1/2 mean_{i != j} d(X_i, X_j). It rewards the right spread, not just the mean."""
     members = samples.shape[0]
     if members < 2:
-        raise ValueError("the energy score needs at least 2 samples")
+        raise ConfigError("the energy score needs at least 2 samples")
 
     def rms(x: Tensor) -> Tensor:
         return x.float().square().flatten(1).mean(dim=1).sqrt()

@@ -24,6 +24,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from dynaforge.errors import ConfigError
+
 EPS = 1e-12
 """Floor of a truth norm in a denominator, so that an all-zero true frame does not divide by zero
 (PDEBench divides without a floor and would return inf or NaN there)."""
@@ -33,12 +35,12 @@ WELL_EPS = 1e-7
 
 def check_same_shape(prediction: Tensor, truth: Tensor) -> None:
     if prediction.shape != truth.shape:
-        raise ValueError(
+        raise ConfigError(
             f"prediction {tuple(prediction.shape)} and truth {tuple(truth.shape)} differ in shape; both are "
             "(batch, frames, channels, *space) and hold predicted frames only"
         )
     if prediction.ndim < 4:
-        raise ValueError(
+        raise ConfigError(
             f"fields must be (batch, frames, channels, *space) with at least one spatial axis, got "
             f"{tuple(prediction.shape)}"
         )

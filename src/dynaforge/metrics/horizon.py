@@ -23,6 +23,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from dynaforge.errors import ConfigError
 from dynaforge.metrics.fields import EPS, check_same_shape, root, space_axes, widen
 
 WELL_TIME_INTERVALS = 5
@@ -35,7 +36,7 @@ def geometric_mean(curve: Float[Tensor, " frames"], horizon: int | None = None) 
     """exp(mean(log v)) over the first `horizon` values (all when None). A zero value gives 0."""
     values = widen(curve)[: horizon if horizon is not None else len(curve)]
     if len(values) == 0:
-        raise ValueError("the geometric mean needs at least one frame")
+        raise ConfigError("the geometric mean needs at least one frame")
     return float(torch.exp(torch.log(values).mean()))
 
 
@@ -46,7 +47,7 @@ def well_time_windows(frames: int, intervals: int = WELL_TIME_INTERVALS) -> list
     boundaries are merged, so the windows are non-empty and cover every frame.
     """
     if frames < 1:
-        raise ValueError(f"need at least one frame, got {frames}")
+        raise ConfigError(f"need at least one frame, got {frames}")
     n = min(frames, intervals)
     boundaries = [0] + [int(math.exp(x)) for x in np.linspace(0, math.log(frames), n)]
     boundaries[-1] = frames

@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from dynaforge.errors import ConfigError
 from dynaforge.metrics.fields import WELL_EPS, check_same_shape, root, space_axes, widen
 
 PDEBENCH_BANDS = (4, 12)
@@ -66,7 +67,7 @@ def pdebench_fourier_errors(
     axes = space_axes(error)
     sizes = [error.shape[a] for a in axes]
     if len(lengths) != len(axes):
-        raise ValueError(f"need one domain length per spatial axis ({len(axes)}), got {list(lengths)}")
+        raise ConfigError(f"need one domain length per spatial axis ({len(axes)}), got {list(lengths)}")
     scale = math.prod(lengths) / math.prod(sizes)
     if len(axes) == 1:
         energy = power(torch.fft.rfft(error, dim=-1))  # (B, F, C, X // 2 + 1)
@@ -92,7 +93,7 @@ def fourier_band_rmse_per_frame(
     too coarse for it) is None, where PDEBench would return NaN."""
     low, high = bands
     if not 0 < low < high:
-        raise ValueError(f"Fourier bands need 0 < low < high, got {bands}")
+        raise ConfigError(f"Fourier bands need 0 < low < high, got {bands}")
     shells = pdebench_fourier_errors(prediction, truth, lengths)
     edges = (0, low, high, shells.shape[-1])
     result: dict[str, Tensor | None] = {}

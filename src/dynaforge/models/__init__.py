@@ -7,7 +7,7 @@ from dynaforge.models.base import (
     autoregressive_rollout,
 )
 from dynaforge.models.fno import FNO
-from dynaforge.models.loading import model_from_checkpoint
+from dynaforge.models.loading import LoadedModel, load_surrogate, model_from_checkpoint
 from dynaforge.models.registry import MODELS, build_model
 from dynaforge.models.spectral import SpectralConv
 from dynaforge.models.unet import UNet
@@ -15,6 +15,7 @@ from dynaforge.models.unet import UNet
 __all__ = [
     "FNO",
     "MODELS",
+    "LoadedModel",
     "ModelInput",
     "ModelOutput",
     "ModelShape",
@@ -22,5 +23,6 @@ __all__ = [
     "UNet",
     "autoregressive_rollout",
     "build_model",
+    "load_surrogate",
     "model_from_checkpoint",
 ]

@@ -16,6 +16,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from dynaforge.errors import ConfigError
+
 
 class ModelInput(NamedTuple):
     """What a surrogate is given: the last `history` normalised frames."""
@@ -61,7 +63,7 @@ def check_input(inputs: ModelInput, shape: ModelShape) -> None:
         or frames.shape[1] != shape.history
         or frames.shape[2] != shape.channels
     ):
-        raise ValueError(
+        raise ConfigError(
             f"model input frames must be {expected}, got {tuple(frames.shape)}; "
             "a single sample needs a leading batch axis of 1 (frames[None])"
         )
@@ -117,4 +119,4 @@ def check_spatial_dims(shape: ModelShape, supported: Mapping[int, Any], model: s
     """`model` (a name for the message) is built for the spatial axis counts `supported` holds."""
     if shape.spatial_dims not in supported:
         counts = ", ".join(str(n) for n in sorted(supported))
-        raise ValueError(f"{model} supports {counts} spatial axes, got {shape.spatial_dims}")
+        raise ConfigError(f"{model} supports {counts} spatial axes, got {shape.spatial_dims}")

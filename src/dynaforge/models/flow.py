@@ -22,6 +22,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.config import FlowNetConfig
+from dynaforge.errors import ConfigError
 from dynaforge.models.base import ModelShape, check_spatial_dims
 
 CONV = {1: nn.Conv1d, 2: nn.Conv2d}
@@ -92,7 +93,7 @@ class FlowNet(nn.Module):
         state, condition = inputs.state, inputs.condition
         expected = (self.config.condition_frames, self.shape.channels)
         if state.ndim != 2 + self.shape.spatial_dims or tuple(condition.shape[1:3]) != expected:
-            raise ValueError(
+            raise ConfigError(
                 f"flow input state must be (batch, {self.shape.channels}, *space) and condition (batch, "
                 f"{expected[0]}, {expected[1]}, *space); got {tuple(state.shape)} and {tuple(condition.shape)}"
             )
@@ -118,7 +119,7 @@ def integrate_flow(
 ) -> Tensor:
     """x(1) of dx/dt = velocity(x, t), x(0) = noise, with `steps` equal steps of Euler or Heun."""
     if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+        raise ConfigError(f"steps must be >= 1, got {steps}")
     x = noise
     h = 1.0 / steps
     for i in range(steps):

@@ -29,6 +29,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.config import LatentConfig
+from dynaforge.errors import ConfigError
 from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, check_spatial_dims, frames_prediction
 
 CONV = {1: nn.Conv1d, 2: nn.Conv2d}
@@ -193,7 +194,7 @@ class LatentOperator(nn.Module):
     def check_grid(self, space: tuple[int, ...]) -> None:
         multiple = self.config.patch * 2**self.config.merge_levels
         if any(n % multiple for n in space):
-            raise ValueError(
+            raise ConfigError(
                 f"grid {space} must be a multiple of patch * 2**merge_levels = {multiple} along every axis; "
                 "change model.patch or model.merge_levels, or resample the data"
             )

@@ -22,10 +22,11 @@ from torch import Tensor, nn
 
 from dynaforge.data.conditioned import ParameterNormalizer
 from dynaforge.data.normalize import Normalizer
+from dynaforge.errors import ConfigError
 from dynaforge.models.base import ModelInput
 from dynaforge.models.flow import sample
 from dynaforge.models.latent import Conditions, LatentOperator
-from dynaforge.models.loading import model_from_checkpoint
+from dynaforge.models.loading import load_surrogate
 from dynaforge.runs import load_checkpoint
 
 
@@ -69,9 +70,9 @@ class Corrector:
 
     def __post_init__(self) -> None:
         if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (noise in, a sample out), got {self.temperature}")
+            raise ConfigError(f"temperature must be > 0 (noise in, a sample out), got {self.temperature}")
         if self.interval < 1 or self.draws < 1:
-            raise ValueError(f"interval and draws must be >= 1, got {self.interval} and {self.draws}")
+            raise ConfigError(f"interval and draws must be >= 1, got {self.interval} and {self.draws}")
 
     def residual(
         self,
@@ -191,7 +192,7 @@ def ensemble_rollout(
 ) -> Ensemble:
     """`members` predictor-corrector rollouts of the same inputs with independent noise."""
     if members < 2:
-        raise ValueError(f"an ensemble needs at least 2 members, got {members}")
+        raise ConfigError(f"an ensemble needs at least 2 members, got {members}")
     generator = torch.Generator().manual_seed(seed)
     runs = [
         predictor_corrector_rollout(
@@ -229,18 +230,21 @@ def load_stack(run: str | Path, map_location: str | torch.device = "cpu") -> Lat
     def corrector(state: dict[str, Any] | None) -> Corrector | None:
         if state is None:
             return None
-        model = model_from_checkpoint(state).eval()
+        model = load_surrogate(state).model
         interval, temperature = int(state.get("interval", 1)), float(state.get("temperature", 1.0))
         steps, method = int(state["sampler_steps"]), str(state["sampler"])
         return Corrector(model, steps, method, interval=interval, temperature=temperature)
 
+    # Each stage's model stays on the CPU (`load_surrogate`'s default), where it was always built; the
+    # evaluator puts the operator it scores on its device.
+    operator = load_surrogate(operator_state)
     prior = stack["steady_prior"]
     return LatentStack(
-        operator=model_from_checkpoint(operator_state).eval(),
+        operator=operator.model,
         corrector=corrector(stack["diffusion_residual"]),
         student=corrector(stack["consistency_distill"]),
-        steady_prior=model_from_checkpoint(prior).eval() if prior is not None else None,
-        normalizer=Normalizer.from_stats(operator_state["normalization"]),
+        steady_prior=load_surrogate(prior).model if prior is not None else None,
+        normalizer=operator.normalizer,
         parameters=ParameterNormalizer.from_dict(operator_state["parameter_normalization"]),
         dt=float(operator_state["dt"]),
         prior_steps=int(prior["sampler_steps"]) if prior is not None else 16,

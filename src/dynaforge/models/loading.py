@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from dynaforge.config import ConfigError, StepControlConfig, config_from_dict
+from dynaforge.config import Config, ConfigError, StepControlConfig, config_from_dict
+from dynaforge.data.normalize import Normalizer
 from dynaforge.models.base import ModelShape
 from dynaforge.models.hopfield import build_energy_model
 from dynaforge.models.registry import build_model
@@ -102,6 +103,47 @@ def load_model(
             f"{file} holds a model of kind {state.get('kind')!r}, not {kind!r} (see dynaforge.models.loading)"
         )
     return model_from_checkpoint(state).to(device).eval()
+
+
+class LoadedModel(NamedTuple):
+    """A trained surrogate with what using it takes: its shape, the normaliser of its training data and the
+    config it was trained with (`load_surrogate`)."""
+
+    model: nn.Module
+    """In eval mode, on the device it was loaded to."""
+    shape: ModelShape
+    normalizer: Normalizer
+    config: Config
+    checkpoint: Mapping[str, Any]
+    """The checkpoint's plain data, for what else a caller reads (`data_identity`, `dt`, ...)."""
+
+
+def load_surrogate(
+    source: str | Path | Mapping[str, Any],
+    device: str | torch.device = "cpu",
+    order: tuple[str, ...] = ("best", "last"),
+) -> LoadedModel:
+    """The surrogate (a model of the registry, the latent stack's stages included) of a checkpoint file, a
+    run folder (the first of `order` it holds, `checkpoint_path`) or a checkpoint already loaded, with its
+    shape, normaliser and config, in eval mode on `device`. The one place a surrogate is loaded: the API's
+    `load_run`, evaluation, export and the latent stack all go through it."""
+    if isinstance(source, Mapping):
+        state, where = source, "this checkpoint"
+    else:
+        file = checkpoint_path(source, order) if Path(source).is_dir() else Path(source)
+        state, where = load_checkpoint(file, device), str(file)
+    if state.get("kind") is not SURROGATE_KIND:
+        raise ConfigError(
+            f"{where} holds a model of kind {state['kind']!r}, not a surrogate; load it with "
+            "dynaforge.models.loading.load_model"
+        )
+    return LoadedModel(
+        model=model_from_checkpoint(state).to(device).eval(),
+        shape=ModelShape(**state["model_shape"]),
+        normalizer=Normalizer.from_stats(state["normalization"]),
+        config=config_from_dict(state["config"]),
+        checkpoint=state,
+    )
 
 
 def load_learned_controller(path: str | Path, scale: float = 1.0, device: str = "cpu") -> LearnedStep:

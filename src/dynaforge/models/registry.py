@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from dynaforge.config import MODEL_CONFIGS, ModelConfig
+from dynaforge.errors import ConfigError
 from dynaforge.models.base import ModelShape
 from dynaforge.models.flow import FlowNet
 from dynaforge.models.fno import FNO
@@ -22,7 +23,9 @@ MODELS: dict[str, type[nn.Module]] = {
 def build_model(config: ModelConfig, shape: ModelShape) -> nn.Module:
     """A freshly initialised model named by `config.name`, for data of `shape`."""
     if config.name not in MODELS:
-        raise ValueError(f"unknown model {config.name!r}; valid: {', '.join(sorted(MODELS))}")
+        raise ConfigError(
+            f"model.name={config.name!r} is no model of dynaforge; valid: {', '.join(sorted(MODELS))}"
+        )
     expected = MODEL_CONFIGS[config.name]
     if not isinstance(config, expected):
         raise TypeError(f"model {config.name!r} needs a {expected.__name__}, got {type(config).__name__}")

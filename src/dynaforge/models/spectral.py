@@ -30,6 +30,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from dynaforge.errors import ConfigError
 from dynaforge.models.dft import fft_matrices, irfft_matrix, rfft_matrix
 
 Transform = Literal["auto", "fft", "dft"]
@@ -75,9 +76,9 @@ class SpectralConv(nn.Module):
     ) -> None:
         super().__init__()
         if init not in SPECTRAL_INITS:
-            raise ValueError(f"init must be one of {', '.join(SPECTRAL_INITS)}, got {init!r}")
+            raise ConfigError(f"init must be one of {', '.join(SPECTRAL_INITS)}, got {init!r}")
         if transform not in TRANSFORMS:
-            raise ValueError(f"transform must be one of {', '.join(TRANSFORMS)}, got {transform!r}")
+            raise ConfigError(f"transform must be one of {', '.join(TRANSFORMS)}, got {transform!r}")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.modes = tuple(int(m) for m in modes)
         self.transform = transform
@@ -192,7 +193,7 @@ class SpectralConv(nn.Module):
             last = axis == self.spatial_dims - 1
             limit = n // 2 + 1 if last else n // 2
             if m > limit:
-                raise ValueError(
+                raise ConfigError(
                     f"a grid of {n} points on spatial axis {axis} has only {limit} usable modes but the layer "
                     f"keeps {m}; lower model.modes to <= {limit} or use a finer grid"
                 )

@@ -24,6 +24,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from dynaforge.errors import ConfigError
 from dynaforge.systems.nbody.control import FEATURE_NAMES, ControlContext, controller_features, system_scales
 from dynaforge.systems.nbody.physics import BodyParams, BodyState, Gravity
 
@@ -59,7 +60,7 @@ class StepControllerNet(nn.Module):
     ) -> None:
         super().__init__()
         if correction <= 0:
-            raise ValueError(f"correction must be > 0 (a log factor), got {correction}")
+            raise ConfigError(f"correction must be > 0 (a log factor), got {correction}")
         selected = list(range(features)) if inputs is None else [int(i) for i in inputs]
         if (
             not selected
@@ -67,7 +68,7 @@ class StepControllerNet(nn.Module):
             or max(selected) >= features
             or len(set(selected)) < len(selected)
         ):
-            raise ValueError(f"inputs must be distinct feature indices in [0, {features}), got {inputs}")
+            raise ConfigError(f"inputs must be distinct feature indices in [0, {features}), got {inputs}")
         self.config = {
             "features": features,
             "hidden": hidden,
@@ -106,7 +107,7 @@ class StepControllerNet(nn.Module):
         x = inputs.features.index_select(1, self.reads)
         if self.history:
             if inputs.history is None:
-                raise ValueError(
+                raise ConfigError(
                     f"this controller reads a history of {self.history} states; pass history (batch, {self.history}, features)"
                 )
             x = torch.cat([x, inputs.history.index_select(2, self.reads).flatten(1)], dim=1)

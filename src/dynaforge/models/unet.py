@@ -14,6 +14,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.config import UNetConfig
+from dynaforge.errors import ConfigError
 from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, check_spatial_dims, frames_prediction
 
 CONVOLUTIONS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
@@ -78,7 +79,7 @@ class UNet(nn.Module):
         """Stacked frames (B, history * C, *space) -> stacked update (B, horizon * C, *space)."""
         dims = self.shape.spatial_dims
         if min(hidden.shape[-dims:]) < 2 ** (self.config.levels - 1):
-            raise ValueError(
+            raise ConfigError(
                 f"a U-Net with {self.config.levels} levels needs >= {2 ** (self.config.levels - 1)} grid "
                 f"points per axis, got {tuple(hidden.shape[-dims:])}; lower model.levels"
             )

@@ -79,6 +79,7 @@ class StepGraph:
         if self.inputs is None:
             self.inputs, self.targets = inputs.clone(), targets.clone()
         if inputs.shape != self.inputs.shape or targets.shape != self.targets.shape:
+            # An invariant (a bug if hit): the engine captures only tasks whose loaders drop partial batches.
             raise ValueError(
                 f"a captured step needs batches of one shape, got {tuple(inputs.shape)} after "
                 f"{tuple(self.inputs.shape)}; the train loader must drop the last partial batch"

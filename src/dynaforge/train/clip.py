@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from dynaforge.errors import ConfigError
+
 DECAY = 0.99
 """Weight of the old mean per step: about the last hundred steps count."""
 WARMUP_STEPS = 10
@@ -28,7 +30,9 @@ class RelativeClip:
 
     def __init__(self, factor: float, device: torch.device) -> None:
         if not factor >= 1.0:
-            raise ValueError(f"relative clipping factor must be >= 1, got {factor}")
+            raise ConfigError(
+                f"the relative clipping factor (train.grad_clip_relative) must be >= 1, got {factor}"
+            )
         self.factor = factor
         self.mean = torch.zeros((), dtype=torch.float32, device=device)
         self.count = torch.zeros((), dtype=torch.float32, device=device)

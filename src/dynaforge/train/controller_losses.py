@@ -1,6 +1,7 @@
 """The losses of the N-body step controller: differentiated through the integrator it drives.
 
-`window_loss` (`timestepper.loss: window`) integrates one window of a stream of systems; `run_loss`
+`segment_loss` (`timestepper.loss: window`) integrates one segment (`timestepper.window` steps) of a stream
+of systems; `run_loss`
 (`loss: run`) integrates whole runs and is unchanged when every step is scaled by one factor.
 `TimestepperConfig` documents both; docs/nbody.md derives the gradients.
 """
@@ -20,7 +21,7 @@ from dynaforge.systems.nbody.control import TINY, Integrator, RunState, classica
 SOFT_MAX_SHARPNESS = 8.0
 
 
-class WindowLoss(NamedTuple):
+class SegmentLoss(NamedTuple):
     loss: Tensor
     penalty_high: Tensor
     penalty_low: Tensor
@@ -30,24 +31,24 @@ class WindowLoss(NamedTuple):
     max_error: Tensor
 
 
-def window_loss(
+def segment_loss(
     integrator: Integrator,
     run: RunState,
-    window: int,
+    steps: int,
     band: tuple[float, float],
     reward: float,
     penalty: float,
     shape: float = 1.0,
-) -> tuple[RunState, WindowLoss]:
-    """Integrate `window` steps from `run` with the integrator's (learned) controller; the loss of
-    `TimestepperConfig` (documented there), errors measured from the run's start."""
+) -> tuple[RunState, SegmentLoss]:
+    """Integrate a segment of `steps` steps (`timestepper.window`) from `run` with the integrator's (learned)
+    controller; the loss of `TimestepperConfig` (documented there), errors measured from the run's start."""
     low, high = band
     errors, log_steps = [], []
-    for _ in range(window):
+    for _ in range(steps):
         run, info = integrator.step(run)
         errors.append(info.energy_error)
         log_steps.append(torch.log(info.dt / run.context.scales.time))
-    error = torch.stack(errors, dim=1).clamp_min(1e-300)  # (B, window); the floor keeps log finite
+    error = torch.stack(errors, dim=1).clamp_min(1e-300)  # (B, steps); the floor keeps log finite
     log_step = torch.stack(log_steps, dim=1)
     above = torch.relu(torch.log(error / high))
     below = torch.relu(torch.log(low / error.amax(1)))
@@ -58,10 +59,10 @@ def window_loss(
     soft_max = torch.logsumexp(SOFT_MAX_SHARPNESS * torch.log(error), dim=1) / SOFT_MAX_SHARPNESS
     # log of the mean step, not the mean log step: over a fixed time the step count is 1 / mean(h), and
     # the mean of log h would also penalise varying steps (Jensen), i.e. favour fixed-step behaviour.
-    log_mean_step = torch.logsumexp(log_step, dim=1) - math.log(window)
+    log_mean_step = torch.logsumexp(log_step, dim=1) - math.log(steps)
     shape_cost = (0.5 * soft_max - log_mean_step).mean()
     loss = penalty * (penalty_high + penalty_low) - reward * mean_log_step + shape * shape_cost
-    result = WindowLoss(
+    result = SegmentLoss(
         loss,
         penalty_high.detach(),
         penalty_low.detach(),

@@ -82,7 +82,7 @@ def kepler_group(
 def cluster_group(
     config: ControllerSystemsConfig, bodies: int, rng: np.random.Generator, dtype: torch.dtype
 ) -> dict[str, Tensor]:
-    """Random virialised clusters integrated for `reference_time` with the classical criterion; window
+    """Random virialised clusters integrated for `reference_time` with the classical criterion; segment
     starts are states drawn uniformly over the reference run's steps (so close encounters, where steps
     are short, are drawn often)."""
     count = config.clusters
@@ -125,7 +125,7 @@ class Starts(NamedTuple):
     params: BodyParams
 
 
-def window_starts(systems: dict[str, Tensor], group: str, index: Tensor) -> Starts:
+def segment_starts(systems: dict[str, Tensor], group: str, index: Tensor) -> Starts:
     """The start states `index` of `group`."""
     state = BodyState(systems[f"{group}/positions"][index], systems[f"{group}/velocities"][index])
     return Starts(state, make_params(systems[f"{group}/masses"][index], systems[f"{group}/softening"][index]))

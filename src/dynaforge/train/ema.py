@@ -16,13 +16,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from dynaforge.errors import ConfigError
+
 
 class EMA:
     """`module` holds the averaged weights (in eval mode, no gradients); `update(model)` after each step."""
 
     def __init__(self, model: nn.Module, decay: float, warmup: bool = True) -> None:
         if not 0.0 < decay < 1.0:
-            raise ValueError(f"EMA decay must be in (0, 1), got {decay}")
+            raise ConfigError(f"the EMA decay (train.ema.decay) must be in (0, 1), got {decay}")
         self.module = copy.deepcopy(model).eval().requires_grad_(False)
         self.decay, self.warmup = decay, warmup
         device = next(model.parameters()).device

@@ -5,21 +5,20 @@ accumulation group) clip, optimiser step, EMA, schedule, count, log, checkpoint;
 validate, schedule, log, checkpoint. Everything else is set-up. What one step computes is the task's
 (`dynaforge.train.task.Task`); the engine never asks which task it runs, and tuning attaches through
 callbacks. A step whose loss or gradient norm is not finite is skipped on the device and counted; losses
-and gradient norms are read back once per logging window and once per epoch, never in the step. A resumed
+and gradient norms are read back once per log interval and once per epoch, never in the step. A resumed
 run ends with the weights of one that was never interrupted, bit for bit (at the same torch thread count).
 With `train.time_budget` the number of epochs is planned before the first step from a few timed steps
 (`plan_budget`) and settled once more at the end of the first epoch from its measured time (`settle_budget`);
 that count is kept in checkpoints: a run resumed after its first epoch is a run of that many epochs like any
-other.
+other. The time budget's methods are in `budget.py` (`TimeBudget`), the checkpoints' in `run_checkpoints.py`
+(`RunCheckpoints`): parts of `Engine`, split out by concern.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import math
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,6 @@ from torch import Tensor
 from torch.nn.utils import get_total_norm
 from tqdm import tqdm  # not tqdm.auto: its asyncio variant calls iter(loader) on construction
 
-import dynaforge
 from dynaforge.allocator import keep_freed_memory
 from dynaforge.config import (
     Config,
@@ -39,22 +37,15 @@ from dynaforge.config import (
     config_to_dict,
     resolve_device,
 )
-from dynaforge.errors import OUT, RunError
+from dynaforge.errors import RunError
 from dynaforge.machine import indexed_device
-from dynaforge.runs import CHECKPOINT_VERSION, run_folder, save_checkpoint
+from dynaforge.runs import run_folder
+from dynaforge.train.budget import TimeBudget
 from dynaforge.train.capture import StepGraph, compiled_or_eager, release_memory_if_short
-from dynaforge.train.checkpoint import (
-    Trained,
-    load_trained_state,
-    restore_rng_state,
-    rng_state,
-    trained_state,
-)
+from dynaforge.train.checkpoint import Trained
 from dynaforge.train.clip import RelativeClip
 from dynaforge.train.distributed import (
     barrier,
-    check_ranks_agree,
-    gather_objects,
     join_cluster,
     leave_cluster,
     rank_device,
@@ -62,11 +53,12 @@ from dynaforge.train.distributed import (
     wrap_data_parallel,
 )
 from dynaforge.train.ema import EMA
-from dynaforge.train.log import RunLog, TrainingDiverged, WindowMeter, environment, epoch_metrics
+from dynaforge.train.log import IntervalMeter, RunLog, TrainingDiverged, environment
 from dynaforge.train.optim import build_optimizer, step_unless
 from dynaforge.train.precision import Precision
 from dynaforge.train.profile import StepProfiler
-from dynaforge.train.schedule import build_scheduler, epochs_after_the_first, epochs_in_budget
+from dynaforge.train.run_checkpoints import RunCheckpoints
+from dynaforge.train.schedule import build_scheduler
 from dynaforge.train.setup import (
     StopRequest,
     check_determinism_environment,
@@ -76,17 +68,10 @@ from dynaforge.train.setup import (
     resume_state,
     seed_everything,
     start_run_folder,
-    warn_if_threads_changed,
 )
 from dynaforge.train.task import EngineContext, EpochCallback, StepLoss, Task
 
 log = logging.getLogger(__name__)
-
-
-PROBE_MICRO_BATCHES = 6
-"""Micro-batches a time budget's plan times (the first is not counted: it pays for warm-up)."""
-OVERRUN = 1.25
-"""A time-budget run that has spent this multiple of its budget with epochs still planned ends there."""
 
 
 class TrainSummary(NamedTuple):
@@ -99,7 +84,7 @@ class TrainSummary(NamedTuple):
     skipped_steps: int = 0
 
 
-class Engine:
+class Engine(TimeBudget, RunCheckpoints):
     """Trains `task` with the `settings` of a run of `config` into run folder `out` (see the module docstring).
 
     `resume`: continue the run in `out` from its last checkpoint (a run of the same config), or start one
@@ -186,7 +171,7 @@ class Engine:
         )
         self.records = RunLog(self.run.metrics, self.cluster.main)
         self.stop = StopRequest()
-        self.meter = WindowMeter(self.device)
+        self.meter = IntervalMeter(self.device)
         self.profiler: StepProfiler | None = None
         self.bar: tqdm | None = None
         # Where training stands (restored by `resume`).
@@ -230,9 +215,9 @@ class Engine:
                         continue  # accumulating: the optimiser steps at the group's last micro-batch
                     self.schedule_step()
                     self.count_step()
-                    self.log_window_if_due(epoch)
+                    self.log_interval_if_due(epoch)
                     self.save_progress_if_due(epoch)
-                self.log_window(epoch)
+                self.log_interval(epoch)
                 self.val_loss = self.validate()
                 self.schedule_epoch(self.val_loss)
                 self.log_epoch(epoch, time.perf_counter() - epoch_started)
@@ -454,138 +439,11 @@ class Engine:
         if compiled is not None:
             self.step_model, self.compiled = compiled, True
 
-    def plan_budget(self, budget: float) -> None:
-        """`train.time_budget` as a whole number of epochs (`schedule.epochs_in_budget`), timed by
-        `time_an_epoch`, with the schedule laid over them; logged as a `budget` record."""
-        micro_batch, validation, checkpoints = self.time_an_epoch()
-        micro_batches = self.task.micro_batches(0)
-        self.span_epochs(
-            epochs_in_budget(budget - self.elapsed(), micro_batches, micro_batch, validation + checkpoints)
-        )
-        self.budget_checkpoint_seconds = checkpoints
-        self.budget_epoch_began = self.elapsed()
-        plan = {
-            "epochs": self.epoch_count,
-            "micro_batch_seconds": micro_batch,
-            "validation_seconds": validation,
-            "checkpoint_seconds": checkpoints,
-        }
-        self.records.write({"kind": "budget", "budget": budget, "elapsed": self.elapsed(), **plan})
-        log.info(
-            "time budget %.0f s: %d epochs (%.3g s per micro-batch, %.3g s per validation and checkpoints)",
-            budget,
-            self.epoch_count,
-            micro_batch,
-            validation + checkpoints,
-        )
-
     def schedule_length(self, epochs: int) -> int:
         """The schedule's intervals in a run of `epochs` epochs: its optimiser steps, or the epochs."""
         if self.settings.schedule.interval == "epoch":
             return epochs
         return sum(math.ceil(self.task.micro_batches(e) / self.settings.accumulate) for e in range(epochs))
-
-    def span_epochs(self, epochs: int) -> None:
-        """Make this a run of `epochs` epochs, the schedule laid over them (from the step it has reached)."""
-        self.epoch_count = epochs
-        self.scheduler.respan(self.schedule_length(epochs))
-
-    def settle_budget(self, epoch: int) -> None:
-        """At the end of a time-budget run's first epoch, count the epochs again from that epoch's measured
-        time (averaged over the processes): a few probe steps mispredicted whole runs by up to a fifth (92 to
-        143 s of a 120 s budget, docs/literature.md). From here on the count is fixed and saved in checkpoints;
-        the schedule continues from where it is, laid over the new count. Logged as a second `budget` record."""
-        budget = self.settings.time_budget
-        if budget is None or epoch != 0:  # a run resumed after its first epoch never ends epoch 0 again
-            return
-        now = self.elapsed()
-        spent = torch.tensor([now - self.budget_epoch_began], dtype=torch.float64, device=self.device)
-        checkpoints = self.budget_checkpoint_seconds
-        epoch_seconds = float(sum_across_ranks(spent, self.cluster)) / self.cluster.world_size + checkpoints
-        planned = self.epoch_count
-        self.span_epochs(epochs_after_the_first(budget - now - checkpoints, epoch_seconds))
-        self.records.write(
-            {
-                "kind": "budget",
-                "budget": budget,
-                "elapsed": now,
-                "settled": True,
-                "epochs": self.epoch_count,
-                "planned_epochs": planned,
-                "epoch_seconds": epoch_seconds,
-                "checkpoint_seconds": checkpoints,
-            }
-        )
-        if self.epoch_count != planned:
-            log.info(
-                "time budget %.0f s: %d epochs after all (the first took %.3g s; %d were planned)",
-                budget,
-                self.epoch_count,
-                epoch_seconds,
-                planned,
-            )
-
-    def time_an_epoch(self) -> tuple[float, float, float]:
-        """Seconds of a micro-batch's step (the median of a few, after one that warms up), of a validation
-        and of an epoch's checkpoint files, averaged over the processes; then every trace of the timed steps
-        is undone (weights, optimiser, schedule, EMA, generators, meters)."""
-        saved, generators = copy.deepcopy(trained_state(self.trained())), rng_state()
-        self.model.train()
-        self.current_epoch = 0
-        probe = min(PROBE_MICRO_BATCHES, self.task.micro_batches(0))
-        steps = []
-        for index, batch in zip(range(probe), self.task.epoch_batches(0, 0), strict=False):
-            began = time.perf_counter()
-            self.batches_done = index + 1
-            self.micro_step(batch)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            steps.append(time.perf_counter() - began)
-        began = time.perf_counter()
-        self.validate()
-        validation = time.perf_counter() - began
-        checkpoints = 0.0
-        if self.cluster.main:  # last.pt, best.pt when improved, and a kept snapshot (only rank 0 writes)
-            began, probe_file = time.perf_counter(), self.run.last.with_name("budget-probe.pt")
-            save_checkpoint(probe_file, saved)
-            files = 2 + (self.settings.keep_every > 0)
-            checkpoints = (time.perf_counter() - began) * files * self.cluster.world_size
-            probe_file.unlink()
-        timed = sorted(steps[1:] or steps)
-        measured = torch.tensor(
-            [timed[len(timed) // 2], validation, checkpoints], dtype=torch.float64, device=self.device
-        )
-        load_trained_state(self.trained(), saved)
-        restore_rng_state(generators)
-        self.free_gradients()
-        self.batches_done, self.step_samples, self.val_details = 0, 0, {}
-        self.meter.reset()
-        self.meter.epoch.zero_()
-        micro_batch, validation, checkpoints = (
-            sum_across_ranks(measured, self.cluster) / self.cluster.world_size
-        ).tolist()
-        return micro_batch, validation, checkpoints
-
-    def end_if_out_of_time(self, epoch: int) -> None:
-        """A time budget's safety net: when a slowed-down machine has spent `OVERRUN` times the budget with
-        epochs still planned, this epoch becomes the last (its checkpoint then says the run is complete). A
-        plan that misses by less runs to its end, so that the schedule does."""
-        budget = self.settings.time_budget
-        if budget is None or epoch + 1 >= self.epoch_count or self.elapsed() < OVERRUN * budget:
-            return
-        log.warning(
-            "%.0f s spent of a time budget of %.0f s after epoch %d of the %d planned; training ends here, "
-            "its schedule cut short",
-            self.elapsed(),
-            budget,
-            epoch + 1,
-            self.epoch_count,
-        )
-        self.epoch_count = epoch + 1
-
-    def elapsed(self) -> float:
-        """Seconds this run has trained, over every process that worked on it (resumes included)."""
-        return self.elapsed_before + time.perf_counter() - self.started
 
     def prepare_run_folder(self) -> None:
         """Start a fresh run: an empty run folder with the config, the log begun with its header."""
@@ -603,62 +461,14 @@ class Engine:
             }
         )
 
-    def restore(self, state: dict[str, Any]) -> None:
-        """Continue from a checkpoint written by `save_checkpoints` of a run of the same config."""
-        if "rng" not in state or "position" not in state:
-            raise RunError(f"{self.resume_from} predates resumable checkpoints; train this run afresh")
-        if state.get("kind") != self.task.kind:
-            raise RunError(
-                f"{self.resume_from} was written by another kind of training ({state.get('kind')!r}); "
-                f"train into another {OUT} folder"
-            )
-        load_trained_state(self.trained(), state)
-        ranks = state["rng"] if isinstance(state["rng"], list) else [state["rng"]]
-        if len(ranks) != self.cluster.world_size:
-            log.warning(
-                "resuming %d-process training with %d processes: random streams differ",
-                len(ranks),
-                self.cluster.world_size,
-            )
-        restore_rng_state(ranks[self.cluster.rank % len(ranks)])
-        warn_if_threads_changed(self.run.root, state.get("torch_threads"))
-        self.task.restore(state)
-        self.step = int(state["step"])
-        self.epoch = int(state["position"]["epoch"])
-        self.batches_done = int(state["position"]["batches"])
-        self.best_val_loss = float(state["best_val_loss"])
-        self.val_loss = float(state["val_loss"])
-        self.skipped_steps = int(state["skipped_steps"])
-        self.elapsed_before = float(state.get("elapsed", 0.0))
-        self.epoch_count = int(state.get("budget_epochs", self.epoch_count))
-        self.budget_epoch_began = float(state.get("budget_epoch_began", 0.0))
-        self.budget_checkpoint_seconds = float(state.get("budget_checkpoint_seconds", 0.0))
-        self.meter.epoch.copy_(torch.tensor(state["epoch_loss"], dtype=torch.float64))
-        if state["complete"]:
-            log.info("%s has finished training; nothing to resume", self.run.root)
-            return
-        if self.cluster.main:
-            shutil.rmtree(self.run.eval, ignore_errors=True)  # made from weights training moves on from
-        where = {"step": self.step, "epoch": self.epoch + 1, "batch": self.batches_done}
-        self.records.resume(self.step, {"kind": "resume", **where, "world_size": self.cluster.world_size})
-        log.info("resuming %s from %s at %s", self.run.root, self.resume_from.name, where)
-
-    def report_finished_epochs(self) -> None:
-        """Callbacks also hear of the epochs a resumed run had finished (a killed run may not have told them)."""
-        if not self.callbacks:
-            return
-        for epoch, metrics in epoch_metrics(self.run.metrics, self.epoch):
-            for callback in self.callbacks:
-                callback(epoch, metrics)
-
     # ---- logging and checkpoints ------------------------------------------------------------------
 
-    def log_window_if_due(self, epoch: int) -> None:
+    def log_interval_if_due(self, epoch: int) -> None:
         if self.step % self.settings.log_every == 0:
-            self.log_window(epoch)
+            self.log_interval(epoch)
 
-    def log_window(self, epoch: int) -> None:
-        """Read the window's device meters (one host sync), write a metrics line, stop on a bad streak."""
+    def log_interval(self, epoch: int) -> None:
+        """Read the interval's device meters (one host sync), write a metrics line, stop on a bad streak."""
         if self.meter.steps == 0:
             return
         summary = self.meter.read(
@@ -669,7 +479,7 @@ class Engine:
         self.skipped_steps += summary["skipped"]
         lr = float(self.optimizer.param_groups[0]["lr"])
         # A task that measures its data source (windows/s, time waited) adds it to the record and the bar.
-        data = self.task.data_measures() if hasattr(self.task, "data_measures") else {}
+        data = self.task.data_measures()
         if self.bar is not None:
             rates = (
                 {"win/s": f"{data['windows_per_s']:.0f}", "wait": f"{data['data_wait_share']:.0%}"}
@@ -679,7 +489,7 @@ class Engine:
             self.bar.set_postfix(loss=f"{summary['loss']:.3e}", lr=f"{lr:.2e}", **rates)
         record = {"kind": "train", "epoch": epoch + 1, "step": self.step, "lr": lr, **summary, **data}
         record["elapsed"] = self.elapsed()
-        self.records.window(record, self.settings_key, self.settings.max_bad_steps)
+        self.records.interval(record, self.settings_key, self.settings.max_bad_steps)
 
     def log_epoch(self, epoch: int, seconds: float) -> None:
         loss_sum, good_steps = sum_across_ranks(self.meter.epoch, self.cluster).tolist()
@@ -707,86 +517,6 @@ class Engine:
             seconds,
             "  (best)" if record["best"] else "",
         )
-
-    def save_progress_if_due(self, epoch: int) -> None:
-        """A mid-epoch last.pt every `checkpoint_every` steps (the epoch's end writes its own), and when
-        Ctrl-C asked to stop (`StopRequest`), which training then does."""
-        every = self.settings.checkpoint_every
-        if self.batches_done < self.task.micro_batches(epoch):
-            if self.stop.asked or (every and self.step % every == 0):
-                self.save_checkpoints(epochs_done=epoch)
-            self.stop.stop_if_asked(self.run.last, self.step)
-
-    def save_checkpoints(self, epochs_done: int) -> None:
-        """At an epoch's end: best.pt when the validation loss improved, then last.pt (so a complete last.pt
-        implies best.pt). Mid-epoch (`epochs_done` = the current epoch): last.pt only. Rank 0 writes."""
-        at_epoch_end = self.batches_done == self.task.micro_batches(self.current_epoch)
-        improved = at_epoch_end and self.val_loss < self.best_val_loss
-        if improved:
-            self.best_val_loss = self.val_loss
-        position = {"epoch": epochs_done, "batches": 0 if at_epoch_end else self.batches_done}
-        epoch_loss = [0.0, 0.0] if at_epoch_end else self.meter.epoch.tolist()
-        check_ranks_agree(self.model, self.cluster)
-        generators = gather_objects(rng_state(), self.cluster)  # every rank takes part
-        if self.cluster.main:
-            state = self.checkpoint_state(epochs_done, position, generators, epoch_loss)
-            if improved:
-                save_checkpoint(self.run.best, state)
-            save_checkpoint(self.run.last, state)
-            keep = self.settings.keep_every
-            if at_epoch_end and keep and epochs_done % keep == 0:
-                save_checkpoint(self.run.last.with_name(f"epoch-{epochs_done}.pt"), state)
-            if at_epoch_end:
-                aliases = ["latest", f"epoch-{epochs_done}"] + (["best"] if improved else [])
-                metadata = {"epoch": epochs_done, "step": self.step, "val_loss": self.val_loss}
-                self.records.checkpoint(self.run.last, aliases, metadata)
-        barrier(self.cluster)
-        if at_epoch_end:
-            self.epoch = epochs_done
-            self.batches_done = 0
-            self.meter.epoch.zero_()
-            metrics = {
-                "val_loss": self.val_loss,
-                **self.val_details,
-                "best_val_loss": self.best_val_loss,
-                "train_loss": self.train_loss,
-            }
-            for callback in self.callbacks:
-                callback(epochs_done, metrics)
-
-    def checkpoint_state(
-        self,
-        epochs_done: int,
-        position: dict[str, int],
-        generators: list[dict[str, Any]],
-        epoch_loss: list[float],
-    ) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "format_version": CHECKPOINT_VERSION,
-            "dynaforge_version": dynaforge.__version__,
-            **trained_state(self.trained()),
-            "rng": generators,
-            "epoch": epochs_done,
-            "step": self.step,
-            "position": position,
-            "epoch_loss": epoch_loss,
-            "skipped_steps": self.skipped_steps,
-            "complete": epochs_done == self.epoch_count and position["batches"] == 0,
-            "val_loss": self.val_loss,
-            "best_val_loss": self.best_val_loss,
-            "config": config_to_dict(self.config),
-            "world_size": self.cluster.world_size,
-            "torch_threads": torch.get_num_threads(),
-            "elapsed": self.elapsed(),
-        }
-        if self.settings.time_budget is not None:
-            state["budget_epochs"] = self.epoch_count
-            state["budget_epoch_began"] = self.budget_epoch_began
-            state["budget_checkpoint_seconds"] = self.budget_checkpoint_seconds
-        if self.task.kind is not None:
-            state["kind"] = self.task.kind
-        state.update(self.task.checkpoint_extras())
-        return state
 
     def trained(self) -> Trained:
         evaluate_ema = self.ema is not None and self.settings.ema.evaluate

@@ -1,13 +1,13 @@
-"""Run logging: metrics.jsonl (always), device-side window meters, optional Weights & Biases.
+"""Run logging: metrics.jsonl (always), device-side meters per log interval, optional Weights & Biases.
 
 metrics.jsonl lines carry a `kind`: `header` (code version and environment, first line), `train` (one per
-logging window: loss, lr, grad norm, skipped steps, throughput), `epoch` (train and validation loss, epoch
+log interval: loss, lr, grad norm, skipped steps, throughput), `epoch` (train and validation loss, epoch
 time, best so far), `resume` (where a resumed run picked up), `budget` (a `train.time_budget` run's plan:
 epochs, and the timed seconds per micro-batch, validation and checkpoints; then a second one, `settled`, with
 the count settled after the first epoch from its measured `epoch_seconds`). `train` and `epoch` lines carry
 `elapsed`: the seconds the run has trained so far, resumes included (error against wall time).
 
-The meters add on the device, in place, and are read back once per logging window: no host sync per step.
+The meters add on the device, in place, and are read back once per log interval: no host sync per step.
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ class RunLog:
             if self.wandb is not None:
                 self.wandb.log(record)
 
-    def window(self, record: dict[str, Any], key: str, max_bad_steps: int) -> None:
-        """Write a logging window's record; stop on `max_bad_steps` skipped steps in a row (the settings
+    def interval(self, record: dict[str, Any], key: str, max_bad_steps: int) -> None:
+        """Write a log interval's record; stop on `max_bad_steps` skipped steps in a row (the settings
         section `key` names the fix), warn on skipped ones."""
         self.write(record)
         if record["bad_streak"] >= max_bad_steps:
@@ -146,8 +146,8 @@ def epoch_metrics(path: str | Path, upto: int) -> list[tuple[int, dict[str, floa
     return found
 
 
-class WindowMeter:
-    """Sums over a logging window, on the device: loss and grad norm of good steps, skipped steps, and the
+class IntervalMeter:
+    """Sums over a log interval (`train.log_every` steps), on the device: loss and grad norm of good steps, skipped steps, and the
     longest run of consecutive skipped steps; and the epoch's loss sum and good steps. Step and sample
     counts are kept on the host (`count`).
 
@@ -160,11 +160,11 @@ class WindowMeter:
         # loss sum, grad-norm sum, good steps, bad steps, current bad streak, longest bad streak
         self.sums = torch.zeros(6, dtype=torch.float64, device=device)
         self.epoch = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, good steps
-        self.details: dict[str, Tensor] = {}  # sums over the window's good steps of a task's own measures
+        self.details: dict[str, Tensor] = {}  # sums over the interval's good steps of a task's own measures
         self.reset()
 
     def reset(self) -> None:
-        """Start a new window (a streak of bad steps carries over into it)."""
+        """Start a new interval (a streak of bad steps carries over into it)."""
         self.sums[:4].zero_()
         self.sums[5:].copy_(self.sums[4:5])
         for total in self.details.values():
@@ -177,7 +177,7 @@ class WindowMeter:
         self, loss: Tensor, grad_norm: Tensor, bad: Tensor, details: dict[str, Tensor] | None = None
     ) -> None:
         """Account one optimiser step; `bad` is a 0-dim bool tensor (the step was skipped); `details` are a
-        task's own 0-dim measures of the step (`StepLoss.details`), averaged over the window's good steps."""
+        task's own 0-dim measures of the step (`StepLoss.details`), averaged over the interval's good steps."""
         for name, value in (details or {}).items():
             if name not in self.details:
                 self.details[name] = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -201,7 +201,7 @@ class WindowMeter:
         self.samples += samples
 
     def read(self, sum_ranks: Callable[[Tensor], Tensor] | None = None, ranks: int = 1) -> dict[str, Any]:
-        """Window means and throughput: the one host sync of the window.
+        """Interval means and throughput: the one host sync of the interval.
 
         Under DDP `sum_ranks` sums the meters over the `ranks` processes: the loss becomes the mean of the
         ranks' batch means (the global batch mean, the batches being of equal size); the other meters

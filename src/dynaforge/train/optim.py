@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from dynaforge.config import OptimizerConfig, TrainConfig
+from dynaforge.errors import ConfigError
 from dynaforge.models.spectral import SpectralConv
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def build_optimizer(model: nn.Module, config: TrainConfig, capturable: bool = Fa
     settings = config.optimizer
     named = named_trainable_parameters(model)
     if not named:
-        raise ValueError("the model has no trainable parameters")
+        raise ConfigError("the model has no trainable parameters")
     if settings.name == "muon":
         return build_hybrid(model, config)
     fused = resolve_fused(settings, [p for _, p in named])
@@ -117,7 +118,7 @@ def start_momentum_at_zero(optimizer: torch.optim.SGD) -> None:
 def resolve_fused(settings: OptimizerConfig, parameters: Sequence[Tensor]) -> bool:
     available = fused_supported(parameters)
     if settings.fused and not available:
-        raise ValueError(
+        raise ConfigError(
             "train.optimizer.fused=true, but fused kernels do not exist for these parameters' device or "
             "dtype; set train.optimizer.fused=null (use them where available) or false"
         )
@@ -175,7 +176,7 @@ class MatrixProxy:
         try:
             self.matrix = nn.Parameter(matrix_view(param.detach(), self.order))
         except RuntimeError as error:
-            raise ValueError(
+            raise ConfigError(
                 f"a parameter of shape {tuple(param.shape)} and strides {param.stride()} has no 2D view; "
                 "keep it on AdamW with train.optimizer.muon_exclude"
             ) from error
@@ -214,6 +215,7 @@ class HybridOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:
         if closure is not None:
+            # A caller's bug, not a config's: the engine never passes a closure.
             raise ValueError("HybridOptimizer.step takes no closure")
         found_inf = getattr(self, "found_inf", None)
         for optimizer in self.inner.values():
@@ -234,7 +236,7 @@ class HybridOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if set(state_dict) != set(self.inner):
-            raise ValueError(
+            raise ConfigError(
                 f"not a Muon + AdamW optimiser state (keys {sorted(state_dict)}); was the checkpoint trained "
                 "with another train.optimizer.name?"
             )
@@ -253,7 +255,7 @@ def build_hybrid(model: nn.Module, config: TrainConfig) -> HybridOptimizer:
     settings = config.optimizer
     muon_named, adamw_named = route_parameters(model, settings)
     if not muon_named:
-        raise ValueError(
+        raise ConfigError(
             "train.optimizer.name=muon, but the model has no matrix-shaped weights for Muon; use adamw"
         )
     proxies = [MatrixProxy(p) for _, p in muon_named if p.ndim != 2]

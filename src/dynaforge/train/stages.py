@@ -225,7 +225,7 @@ def rollout_residual(operator_model: nn.Module, batch: tuple[Tensor, ...], inter
     frame `interval` steps on (the window needs that many targets); the residual is truth - prediction."""
     inputs, targets = batch[0], batch[1]
     if targets.shape[1] < interval:
-        raise ValueError(
+        raise ConfigError(
             f"windows carry {targets.shape[1]} target frames; interval {interval} needs that many"
         )
     with torch.no_grad():

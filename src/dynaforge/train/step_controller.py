@@ -8,8 +8,8 @@ optimiser steps in all (the last epoch may be shorter). Everything else (optimis
 non-finite guard, EMA, logging, checkpoints, exact resume, W&B) is the engine's, set by `timestepper.train`.
 
 - `loss: window`: each group keeps a stream of `batch` systems integrated across optimiser steps, one
-  window of `window` steps per step (truncated back-propagation: the state entering a window is detached);
-  after `episode` windows the stream restarts from freshly drawn start states.
+  segment of `timestepper.window` steps per step (truncated back-propagation: the state entering a segment
+  is detached); after `episode` segments the stream restarts from freshly drawn start states.
 - `loss: run`: each step integrates `batch` freshly drawn systems of the group for a whole run.
 
 A checkpoint carries, beyond the engine's state, the training systems, the streams in flight and the
@@ -35,16 +35,16 @@ from dynaforge.systems.nbody.physics import BodyParams, make_params
 from dynaforge.train.capture import compile_model
 from dynaforge.train.controller_losses import (
     RunLoss,
-    WindowLoss,
+    SegmentLoss,
     detach_run,
     flatten_tensors,
     restore_tensors,
     run_loss,
-    window_loss,
+    segment_loss,
 )
-from dynaforge.train.controller_systems import build_training_systems, group_names, window_starts
+from dynaforge.train.controller_systems import build_training_systems, group_names, segment_starts
 from dynaforge.train.engine import Engine, TrainSummary
-from dynaforge.train.task import EngineContext, StepLoss
+from dynaforge.train.task import EngineContext, StepLoss, TaskDefaults
 
 
 class Stream(NamedTuple):
@@ -54,8 +54,8 @@ class Stream(NamedTuple):
     """Their start states in the group."""
     params: BodyParams
     run: RunState
-    windows: int
-    """Windows done since the episode started."""
+    segments: int
+    """Segments done since the episode started."""
 
 
 def new_net(model: ControllerNetConfig, seed: int) -> StepControllerNet:
@@ -94,7 +94,7 @@ def fix_scale(net: StepControllerNet, loss: str, train_bias: bool) -> None:
         net.mlp[-1].bias.requires_grad_(False)
 
 
-class ControllerTask:
+class ControllerTask(TaskDefaults):
     """Train `config.timestepper`'s step controller (see the module docstring)."""
 
     kind: str | None = CONTROLLER_KIND
@@ -148,7 +148,7 @@ class ControllerTask:
         if self.t.loss == "run":
             return self.draw_starts(group)
         stream = self.streams.get(group)
-        if stream is None or stream.windows >= self.t.episode:
+        if stream is None or stream.segments >= self.t.episode:
             stream = self.start_stream(self.net, group, self.draw_starts(group))
             self.streams[group] = stream
         return stream.index
@@ -167,7 +167,7 @@ class ControllerTask:
         return Integrator(params, LearnedStep(model, scale), self.scheme, reversible=True)
 
     def start_stream(self, model: nn.Module, group: str, index: Tensor) -> Stream:
-        starts = window_starts(self.systems, group, index)
+        starts = segment_starts(self.systems, group, index)
         with torch.no_grad():
             run = self.integrator(model, starts.params).start(starts.state)
         return Stream(index, starts.params, run, 0)
@@ -179,18 +179,18 @@ class ControllerTask:
         return (self.t.band_low, self.t.band_high)
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
-        """One window of the group's stream, or one whole run of the batch's start states."""
+        """One segment of the group's stream, or one whole run of the batch's start states."""
         if self.t.loss == "run":
             result = self.whole_run(model, self.group, batch[0])
             return StepLoss(result.loss, result.loss, loss_details(result))
         stream = self.streams[self.group]
-        run, window = self.window(model, stream.params, stream.run)
-        self.streams[self.group] = stream._replace(run=detach_run(run), windows=stream.windows + 1)
-        return StepLoss(window.loss, window.loss, loss_details(window))
+        run, segment = self.segment(model, stream.params, stream.run)
+        self.streams[self.group] = stream._replace(run=detach_run(run), segments=stream.segments + 1)
+        return StepLoss(segment.loss, segment.loss, loss_details(segment))
 
-    def window(self, model: nn.Module, params: BodyParams, run: RunState) -> tuple[RunState, WindowLoss]:
+    def segment(self, model: nn.Module, params: BodyParams, run: RunState) -> tuple[RunState, SegmentLoss]:
         t = self.t
-        return window_loss(
+        return segment_loss(
             self.integrator(model, params), run, t.window, self.band, t.reward, t.penalty, t.shape
         )
 
@@ -213,7 +213,7 @@ class ControllerTask:
 
     def validate(self, model: nn.Module) -> float:
         """The mean over groups of the loss from fixed start states: a whole run each (`loss: run`) or one
-        episode of windows (`loss: window`); per-group figures in `validation_details`."""
+        episode of segments (`loss: window`); per-group figures in `validation_details`."""
         losses = []
         self.details = {}
         for group in self.groups:
@@ -230,7 +230,7 @@ class ControllerTask:
                 stream = self.start_stream(model, group, index)
                 run, parts = stream.run, []
                 for _ in range(self.t.episode):
-                    run, result = self.window(model, stream.params, run)
+                    run, result = self.segment(model, stream.params, run)
                     parts.append(result)
                 losses.append(sum(float(r.loss) for r in parts) / len(parts))
                 details = {
@@ -252,7 +252,7 @@ class ControllerTask:
         stream = self.start_stream(model, self.groups[0], self.validation_starts(self.groups[0]))
         integrator = self.integrator(compiled, stream.params)
         with self.context.precision.autocast():
-            run, _ = window_loss(integrator, stream.run, 2, self.band, 1.0, 1.0, 1.0)
+            run, _ = segment_loss(integrator, stream.run, 2, self.band, 1.0, 1.0, 1.0)
             run.time.sum().backward()
         return compiled
 
@@ -273,7 +273,8 @@ class ControllerTask:
             streams[f"{group}.index"] = stream.index.detach().cpu()
             flatten_tensors(stream.params, f"{group}.params", streams)
             flatten_tensors(stream.run, f"{group}.run", streams)
-            streams[f"{group}.windows"] = torch.tensor(stream.windows, dtype=torch.int64)
+            # The key keeps its first name: checkpoints written before the rename resume.
+            streams[f"{group}.windows"] = torch.tensor(stream.segments, dtype=torch.int64)
         return {
             "model_config": dict(self.net.config),
             "feature_names": list(FEATURE_NAMES),
@@ -299,7 +300,7 @@ class ControllerTask:
             self.streams[group] = Stream(index, params, run, int(flat[f"{group}.windows"]))
 
 
-def loss_details(result: RunLoss | WindowLoss) -> dict[str, Tensor]:
+def loss_details(result: RunLoss | SegmentLoss) -> dict[str, Tensor]:
     """The detached terms and measures of a controller loss, by name (all its fields but the loss)."""
     return {name: value for name, value in result._asdict().items() if name != "loss"}
 

@@ -22,7 +22,7 @@ class StepLoss(NamedTuple):
     objective: Tensor
     value: Tensor
     details: dict[str, Tensor] | None = None
-    """Other 0-dim measures of the step (detached), averaged over each logging window into its record."""
+    """Other 0-dim measures of the step (detached), averaged over each log interval into its record."""
 
 
 class EngineContext(NamedTuple):
@@ -48,6 +48,8 @@ class Task(Protocol):
     `loss` runs under the run's autocast with the stepped model (compiled or DDP-wrapped, maybe);
     `validate` under eval mode and inference mode and returns the metric to minimise, the same on every
     process; `checkpoint_extras` adds plain data to every checkpoint and `restore` reads it back.
+    `validation_details`, `data_measures` and `close` have defaults in `TaskDefaults`, which a task
+    inherits to leave them out.
     """
 
     kind: str | None
@@ -87,6 +89,30 @@ class Task(Protocol):
     def checkpoint_extras(self) -> dict[str, Any]: ...
 
     def restore(self, state: dict[str, Any]) -> None: ...
+
+    def data_measures(self) -> dict[str, float]:
+        """Measures of the task's data source since the last call (`windows_per_s`, `data_wait_share`),
+        added to each log interval's record and the progress bar; empty when the task has none."""
+        ...
+
+    def close(self) -> None:
+        """Release what the task holds beyond the run (a stream's generator thread); called by whoever
+        runs the engine once training ends, however it ends (`window.train`)."""
+        ...
+
+
+class TaskDefaults:
+    """The default bodies of `Task`'s optional members, for a task to inherit: no validation details, no
+    data measures, nothing to close."""
+
+    def validation_details(self) -> dict[str, float]:
+        return {}
+
+    def data_measures(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        return None
 
 
 @runtime_checkable

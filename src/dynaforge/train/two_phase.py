@@ -13,21 +13,21 @@ optimiser steps against it (theta <- theta - lr * estimate), which lowers the lo
 matters: +beta pulls the outputs toward the target (F = E + beta C), and the estimate subtracts the
 free (or -beta) phase from the +beta phase.
 
-One window (one optimiser step of the engine with a `TwoPhaseTask`), all on the device:
+One phase step (one optimiser step of the engine with a `TwoPhaseTask`), all on the device:
     free phase     relax E from s = 0 for `free_steps` steps                 -> s_0 (the prediction)
     snapshot       copy the state (units and velocity) and the model's buffers into preallocated storage
     nudged phase   relax E + beta C from the snapshot for `nudged_steps`     -> s_beta
     (symmetric)    restore the snapshot; relax E - beta C                    -> s_-beta
     update         the contrast's gradient (the estimate) into .grad, clip, optimiser step (skipped on
                    the device when not finite), device meters: the engine's step
-The window is a hot loop: no host sync (no .item(), no branch on a tensor's value), so on CUDA it can be
+The phase step is a hot loop: no host sync (no .item(), no branch on a tensor's value), so on CUDA it can be
 captured as one CUDA graph (`train.cuda_graph`, `dynaforge.train.capture.StepGraph`) and on any device
-the relaxation can be compiled (`train.compile`); losses are read back once per logging window.
+the relaxation can be compiled (`train.compile`); losses are read back once per log interval.
 
 Relaxation is gradient descent with optional heavy-ball momentum on the state:
     v <- momentum v - step_size dF/ds,   s <- s + v.
 
-Run folder (`dynaforge.runs.RunFolder`): config.yaml, metrics.jsonl (header, `train` windows, `epoch`
+Run folder (`dynaforge.runs.RunFolder`): config.yaml, metrics.jsonl (header, `train` records per log interval, `epoch`
 lines, `resume`), checkpoints/last.pt and best.pt (written atomically, loaded with weights_only=True).
 """
 
@@ -54,7 +54,7 @@ from dynaforge.config import (
 from dynaforge.models.hopfield import HopfieldNet, build_energy_model, hopfield_state_gradient
 from dynaforge.models.loading import TWO_PHASE_KIND
 from dynaforge.train.engine import Engine, TrainSummary
-from dynaforge.train.task import EngineContext, StepLoss
+from dynaforge.train.task import EngineContext, StepLoss, TaskDefaults
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class Snapshot:
     """A relaxation state and the model's buffers, copied into storage allocated once.
 
     `save` and `restore` are device copies (no allocation, no host sync), so they can run inside a
-    captured window. `restore` puts the buffers back into the module and returns the saved state: read it
+    captured phase step. `restore` puts the buffers back into the module and returns the saved state: read it
     (relaxation builds new tensors from it), do not write it.
     """
 
@@ -187,7 +187,7 @@ class Snapshot:
 
     @torch.no_grad()
     def save(self, state: RelaxState, module: nn.Module) -> None:
-        # In place on purpose: preallocated storage, reused every window.
+        # In place on purpose: preallocated storage, reused every phase step.
         for stored, value in zip(self.state, state):
             stored.copy_(value)
         for stored, buffer in zip(self.buffers, module.buffers()):
@@ -269,8 +269,8 @@ def check_supported(config: Config) -> None:
         raise ConfigError("two-phase training does not support " + "; ".join(problems))
 
 
-class TwoPhaseTask:
-    """Two-phase windows of `config.twophase.model` on the teacher task, as an engine task.
+class TwoPhaseTask(TaskDefaults):
+    """Two-phase training of `config.twophase.model` on the teacher task, as an engine task.
 
     A step's `loss` runs the free and nudged phases without gradients and returns the contrast of
     energies scaled by 1 / beta (1 / (2 beta) when symmetric), whose gradient in the parameters is the
@@ -339,7 +339,7 @@ class TwoPhaseTask:
         picked = order[index * self.batch : (index + 1) * self.batch]
         return self.data.train_inputs[picked], self.data.train_targets[picked]
 
-    # ---- one window ----------------------------------------------------------------------------------
+    # ---- one phase step ------------------------------------------------------------------------------
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
         """Free phase, snapshot, nudged phase(s); the contrast to differentiate and the batch-mean loss at
@@ -394,9 +394,6 @@ class TwoPhaseTask:
         units = free_relaxation(model, self.data.val_inputs, s.free_steps, s.step_size, s.momentum)
         target_units = model.targets_to_units(self.data.val_targets)
         return float(cost(units, target_units, model.output_mask).mean())
-
-    def validation_details(self) -> dict[str, float]:
-        return {}  # the loss is the one figure of validation
 
     def compiled(self, model: nn.Module) -> nn.Module | None:
         """torch.compile the relaxation (`CompiledRelax`), tried on one training batch (free and nudged, the

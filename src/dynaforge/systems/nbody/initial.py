@@ -14,7 +14,8 @@ import numpy as np
 
 from dynaforge.atomic import atomic_path
 from dynaforge.config import NBodyConfig
-from dynaforge.systems.pde.spectral import draw_from_range
+from dynaforge.errors import ConfigError
+from dynaforge.systems.pde.initial import draw_from_range
 
 FIGURE_EIGHT_PERIOD = 6.32591398
 """Period of the figure-eight choreography with unit masses and G = 1 (Simó 2002)."""
@@ -239,11 +240,11 @@ def save_initial_npy(
     """
     positions, velocities, params = (np.asarray(a, dtype=np.float64) for a in (positions, velocities, params))
     if positions.ndim != 3 or positions.shape != velocities.shape or positions.shape[-1] != 3:
-        raise ValueError(
+        raise ConfigError(
             f"positions and velocities must both be (batch, bodies, 3), got {positions.shape} and {velocities.shape}"
         )
     if params.ndim != 2 or params.shape[0] != positions.shape[0]:
-        raise ValueError(f"params must be (batch, P) with batch {positions.shape[0]}, got {params.shape}")
+        raise ConfigError(f"params must be (batch, P) with batch {positions.shape[0]}, got {params.shape}")
     repeated = np.broadcast_to(params[:, None, :], (*positions.shape[:2], params.shape[1]))
     array = np.concatenate([positions, velocities, repeated], axis=-1)
     with atomic_path(Path(path)) as tmp, open(tmp, "wb") as handle:
@@ -254,7 +255,7 @@ def load_initial_npy(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarr
     """Positions (batch, bodies, 3), velocities and params (batch, P) from `save_initial_npy`'s format."""
     array = np.load(Path(path), allow_pickle=False)
     if array.ndim != 3 or array.shape[-1] < 6:
-        raise ValueError(
+        raise ConfigError(
             f"{path}: expected an array (batch, bodies, 6 + P) written by save_initial_npy, got {array.shape}"
         )
     return array[..., :3].copy(), array[..., 3:6].copy(), array[:, 0, 6:].copy()

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
+from dynaforge.errors import ConfigError
+
 Ordering = Literal["kdk", "dkd"]
 
 
@@ -80,9 +82,11 @@ SCHEME_NAMES = tuple(SCHEMES)
 
 
 def scheme_named(name: str | Composition) -> Composition:
-    """The scheme called `name` (a `Composition` passes through); ValueError naming the valid ones."""
+    """The scheme called `name` (a `Composition` passes through); ConfigError naming the valid ones."""
     if isinstance(name, Composition):
         return name
     if name not in SCHEMES:
-        raise ValueError(f"unknown N-body integrator {name!r}; valid names: {', '.join(SCHEME_NAMES)}")
+        raise ConfigError(
+            f"unknown N-body integrator {name!r} (system.integrator); valid names: {', '.join(SCHEME_NAMES)}"
+        )
     return SCHEMES[name]

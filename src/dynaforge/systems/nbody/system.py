@@ -15,6 +15,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import NBodyConfig
+from dynaforge.errors import ConfigError
 from dynaforge.seeds import Rows
 from dynaforge.systems.base import InitialStates, SampleRows, SystemBase, Trajectories, rows_from_seeds
 from dynaforge.systems.batching import LANES, block_samples, pad_rows, sample_blocks
@@ -140,12 +141,12 @@ class NBody(SystemBase):
         save_every = self.config.save_every if save_every is None else save_every
         expected = (6, self.config.bodies)
         if initial.ndim != 3 or tuple(initial.shape[1:]) != expected:
-            raise ValueError(
+            raise ConfigError(
                 f"nbody: initial state must have shape (batch, 6, {self.config.bodies}) with channels "
                 f"{CHANNEL_NAMES}, got {tuple(initial.shape)}; add a leading batch axis for one system"
             )
         if params.shape != (initial.shape[0], len(self.parameter_names)):
-            raise ValueError(
+            raise ConfigError(
                 f"nbody: params must have shape (batch, {len(self.parameter_names)}) with columns "
                 f"{self.parameter_names}, got {tuple(params.shape)}"
             )

@@ -22,6 +22,8 @@ import torch
 from jaxtyping import Complex, Inexact
 from torch import Tensor
 
+from dynaforge.errors import ConfigError
+
 CONTOUR_POINTS = 32
 """Points on the contour; 32 gives double-precision phi_k for |z| up to ~1e3 (Kassam & Trefethen use 32)."""
 
@@ -122,7 +124,7 @@ def etd_coefficients(
     `dtype` is the complex dtype of the solver state.
     """
     if order not in (1, 2, 3, 4):
-        raise ValueError(f"ETDRK order must be 1, 2, 3 or 4, got {order}")
+        raise ConfigError(f"ETDRK order (system.order) must be 1, 2, 3 or 4, got {order}")
     z = linear.to(torch.complex128) * dt
     E = torch.exp(z).to(dtype)
     factor = 1.0 if multiplier is None else multiplier.to(torch.complex128)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, NamedTuple
 
@@ -31,7 +30,8 @@ import torch.nn.functional as F
 from jaxtyping import Complex, Float, Inexact
 from torch import Tensor
 
-from dynaforge.config import InitialConfig, Range, SystemConfig
+from dynaforge.config import SystemConfig
+from dynaforge.errors import ConfigError
 from dynaforge.seeds import Rows
 from dynaforge.systems.base import (
     InitialStates,
@@ -50,14 +50,33 @@ from dynaforge.systems.batching import (
     sample_blocks,
     trajectory_buffer,
 )
+from dynaforge.systems.pde.capture import CapturedSteps
 from dynaforge.systems.pde.etdrk import ETDCoefficients, etd_coefficients
-from dynaforge.systems.pde.initial import FAMILIES as INITIAL_FAMILIES
+from dynaforge.systems.pde.initial import draw_from_range, draw_initial_field
+from dynaforge.systems.pde.nonlinear import (
+    Nonlinear,
+    conservative_quadratic,
+    product_grid_size,
+    quadratic_multiplier,
+    zero_padded,
+)
 from dynaforge.threads import run_pieces, serialised
 
 log = logging.getLogger(__name__)
 
-Nonlinear = Callable[[Tensor], Tensor]
-"""Maps a spectral state to the spectrum of its nonlinear term N(u)."""
+__all__ = [  # with the names the PDE modules build on, which live in initial.py and nonlinear.py
+    "Nonlinear",
+    "SpectralOperators",
+    "SpectralSystem",
+    "conservative_quadratic",
+    "dealias_mask",
+    "draw_initial_field",
+    "etd_step",
+    "product_grid_size",
+    "quadratic_multiplier",
+    "wavenumbers",
+    "zero_padded",
+]
 
 REAL_TO_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
@@ -149,7 +168,9 @@ class SpectralSystem(SystemBase):
         self.config = config
         self.ndim = getattr(config, "ndim", 1)
         if self.ndim not in self.supported_ndim:
-            raise ValueError(f"{self.name} supports ndim in {self.supported_ndim}, got {self.ndim}")
+            raise ConfigError(
+                f"system.ndim={self.ndim}: {self.name} supports ndim in {self.supported_ndim}; set one of them"
+            )
         self.shape = (config.resolution,) * self.ndim
         self.real_dtype = torch.float64 if config.dtype == "float64" else torch.float32
         self.complex_dtype = REAL_TO_COMPLEX[self.real_dtype]
@@ -384,12 +405,12 @@ class SpectralSystem(SystemBase):
         save_every = self.config.save_every if save_every is None else save_every
         expected = (self.channels, *self.shape)
         if initial.ndim != len(expected) + 1 or tuple(initial.shape[1:]) != expected:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.name}: initial state must have shape (batch, {', '.join(map(str, expected))}), "
                 f"got {tuple(initial.shape)}; add a leading batch axis for a single sample"
             )
         if params.shape != (initial.shape[0], len(self.parameter_names)):
-            raise ValueError(
+            raise ConfigError(
                 f"{self.name}: params must have shape (batch, {len(self.parameter_names)}) with columns "
                 f"{self.parameter_names}, got {tuple(params.shape)}"
             )
@@ -448,65 +469,6 @@ class SpectralSystem(SystemBase):
                 run_block(rows)
         time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
         return Trajectories(frames, time)
-
-
-class CapturedSteps:
-    """`steps` ETD steps of a block and the physical field after them, captured as one CUDA graph.
-
-    Stepped eagerly, a block on a GPU waits on Python: an ETDRK2 step is about 15 kernels of a few
-    microseconds each (Burgers N = 256, 4,096 samples: 4 MiB spectra), each launched from Python at about
-    the same cost. A replay launches all of a chunk's kernels at once. The state lives in a static buffer
-    that each replay advances in place (the graph ends by copying the new state into it); the physical
-    field is a buffer of the graph's memory pool, valid until the next replay.
-
-    One eager step runs first on a side stream, outside the capture, so that cuFFT plans and the
-    zero-padded spectra (`zero_padded`) exist before the capture; those buffers are kept alive with the
-    graph, which writes into them. If capture fails, the failure is logged and `capture` returns None: the
-    block is stepped eagerly, with the same numbers.
-    """
-
-    def __init__(
-        self, graph: torch.cuda.CUDAGraph, state: Tensor, physical: Tensor, kept: list[Tensor]
-    ) -> None:
-        self.graph = graph
-        self.state = state
-        self.physical = physical
-        self.kept = kept
-
-    @classmethod
-    def capture(
-        cls, step: Callable[[Tensor], Tensor], steps: int, observe: Callable[[Tensor], Tensor], state: Tensor
-    ) -> CapturedSteps | None:
-        static = state.clone()
-        current = torch.cuda.current_stream(state.device)
-        side = torch.cuda.Stream(state.device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            observe(step(static))  # warm-up: plans and padded buffers; the result is dropped
-        current.wait_stream(side)
-        kept = list(ZERO_PADDED.buffers.values())
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                v = static
-                for _ in range(steps):
-                    v = step(v)
-                static.copy_(v)  # in place on purpose: the next replay starts from this buffer
-                physical = observe(static)
-        except Exception as error:  # any capture failure: eager steps, logged
-            log.warning(
-                "CUDA graph capture of the rollout failed (%s: %s); stepping eagerly",
-                type(error).__name__,
-                error,
-            )
-            torch.cuda.synchronize(state.device)
-            return None
-        return cls(graph, static, physical, kept)
-
-    def replay(self) -> Tensor:
-        """Advance `state` by the captured steps; the physical field after them (overwritten next replay)."""
-        self.graph.replay()
-        return self.physical
 
 
 def select_rows(coefficients: ETDCoefficients, index: Tensor) -> ETDCoefficients:
@@ -569,172 +531,3 @@ def etd_step(v: Tensor, ops: SpectralOperators) -> Tensor:
     cc = torch.addcmul(c.E2 * a, c.Q, 2 * Nb - Nv)
     out = torch.addcmul(torch.addcmul(Ev, c.f1, Nv), c.f2, 2 * (Na + Nb))
     return torch.addcmul(out, c.f3, N(cc))
-
-
-# --------------------------------------------------------------------------------------------------
-# Sampling helpers
-
-
-def draw_from_range(spec: Range, rng: np.random.Generator) -> float:
-    """Uniform (or log-uniform) draw in [low, high]; a constant when low == high (no draw is consumed)."""
-    if spec.low == spec.high:
-        return float(spec.low)
-    if spec.log:
-        return float(np.exp(rng.uniform(np.log(spec.low), np.log(spec.high))))
-    return float(rng.uniform(spec.low, spec.high))
-
-
-def draw_initial_field(config: InitialConfig, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
-    """One scalar initial field on the grid (see `InitialConfig` for the families and normalisation)."""
-    names = sorted(config.families)
-    weights = np.asarray([config.families[n] for n in names], dtype=np.float64)
-    family = names[int(rng.choice(len(names), p=weights / weights.sum()))] if len(names) > 1 else names[0]
-    if family == "fourier":
-        field = fourier_series_field(shape, config.max_wavenumber, rng)
-    elif family == "grf":
-        field = gaussian_random_field(shape, config.length_scale, rng)
-    elif family in INITIAL_FAMILIES:  # multiscale, blobs, stripes (systems/pde/initial.py)
-        field = INITIAL_FAMILIES[family](shape, config, rng)
-    else:
-        valid = ", ".join(["fourier", "grf", *INITIAL_FAMILIES])
-        raise ValueError(f"unknown initial-condition family {family!r}; valid: {valid}")
-    return normalize_field(field, config)
-
-
-def fourier_series_field(shape: Sequence[int], max_wavenumber: int, rng: np.random.Generator) -> np.ndarray:
-    """sum_m a_m sin(2 pi m.x / L + phi_m) over modes with 1 <= max|m_i| <= K in one half-space.
-
-    In 1D: sum_{m=1..K} a_m sin(2 pi m x / L + phi_m), a_m ~ U(-1, 1), phi_m ~ U(0, 2 pi). The field is
-    written in grid-index units (x / L = j / n), so it does not depend on the domain length.
-    """
-    ndim = len(shape)
-    modes = half_space_modes(ndim, max_wavenumber)  # (M, ndim)
-    amplitudes = rng.uniform(-1.0, 1.0, size=len(modes))
-    phases = rng.uniform(0.0, 2.0 * math.pi, size=len(modes))
-    coords = np.meshgrid(*[np.arange(n) / n for n in shape], indexing="ij")
-    field = np.zeros(tuple(shape), dtype=np.float64)
-    for mode, amplitude, phase in zip(modes, amplitudes, phases, strict=True):
-        angle = 2.0 * math.pi * sum(m * c for m, c in zip(mode, coords, strict=True))
-        field = field + amplitude * np.sin(angle + phase)
-    return field
-
-
-def half_space_modes(ndim: int, max_wavenumber: int) -> np.ndarray:
-    """Integer modes m with 1 <= max|m_i| <= K whose first non-zero entry is positive (one of m, -m)."""
-    grids = np.meshgrid(*[np.arange(-max_wavenumber, max_wavenumber + 1)] * ndim, indexing="ij")
-    modes = np.stack([g.reshape(-1) for g in grids], axis=1)
-    first_nonzero = np.array([row[np.flatnonzero(row)[0]] if row.any() else 0 for row in modes])
-    return modes[first_nonzero > 0]
-
-
-def gaussian_random_field(shape: Sequence[int], length_scale: float, rng: np.random.Generator) -> np.ndarray:
-    """A periodic stationary Gaussian field with covariance ~ exp(-r^2 / (2 l^2)), l = length_scale * L.
-
-    White noise is filtered in Fourier space by sqrt(S(k)), S(k) = exp(-l^2 |k|^2 / 2) the
-    squared-exponential spectral density; l |k| = 2 pi |m| length_scale does not depend on L.
-    """
-    noise = rng.standard_normal(tuple(shape))
-    spectrum = np.fft.rfftn(noise)
-    m2 = np.zeros(spectrum.shape, dtype=np.float64)
-    for axis, n in enumerate(shape):
-        last = axis == len(shape) - 1
-        m = np.fft.rfftfreq(n, d=1.0 / n) if last else np.fft.fftfreq(n, d=1.0 / n)
-        view = [1] * len(shape)
-        view[axis] = m.size
-        m2 = m2 + (m.reshape(view)) ** 2
-    filter_ = np.exp(-((2.0 * math.pi * length_scale) ** 2) * m2 / 4.0)  # sqrt of exp(-l^2 k^2 / 2)
-    return np.fft.irfftn(spectrum * filter_, s=tuple(shape), axes=tuple(range(len(shape))))
-
-
-def normalize_field(field: np.ndarray, config: InitialConfig) -> np.ndarray:
-    if config.zero_mean:
-        field = field - field.mean()
-    if config.normalize == "max":
-        scale = np.abs(field).max()
-    elif config.normalize == "std":
-        scale = field.std()
-    else:
-        return config.amplitude * field if config.amplitude != 1.0 else field
-    if scale == 0:
-        return field
-    return field * (config.amplitude / scale)
-
-
-class ZeroPadded(threading.local):
-    """Each worker thread's zero-padded spectra, by shape, band width, dtype, device and inference mode
-    (`zero_padded`)."""
-
-    def __init__(self) -> None:
-        self.buffers: dict[tuple[tuple[int, ...], int, torch.dtype, torch.device, bool], Tensor] = {}
-
-
-ZERO_PADDED = ZeroPadded()
-PADDED_KEPT = 8
-"""Shapes of zero-padded spectra kept per thread (a rollout uses one or two)."""
-
-
-def zero_padded(band: Tensor, width: int) -> Tensor:
-    """`band` zero-padded along its last axis to `width` columns, in a buffer of this thread that is reused:
-    every call writes the same leading columns (the 2/3 band) and the caller reads the result at once, so
-    the columns past them stay zero. A buffer is kept per band width too: two systems whose padded spectra
-    have one shape but whose bands differ (Burgers N = 256 keeps 86 of 129 columns, Kuramoto-Sivashinsky
-    N = 200 on the same 256-point product grid 67) would otherwise see the wider band's stale columns
-    (found on a GPU: a KS batch after a Burgers one differed from the same batch split, by 2e-6). This
-    replaces the zero-filled copy `irfft(band, n=...)` makes on every
-    call (about 7% of a 2D Kuramoto-Sivashinsky step: the fill, the copy and the allocation); the values are
-    the same. Writing into it is in place on purpose (a preallocated buffer in the hot loop). A band that
-    carries gradients gets a fresh padded tensor (a shared buffer would be overwritten before backward)."""
-    if band.requires_grad:
-        return F.pad(band, (0, width - band.shape[-1]))
-    shape = (*band.shape[:-1], width)
-    key = (shape, band.shape[-1], band.dtype, band.device, torch.is_inference_mode_enabled())
-    buffer = ZERO_PADDED.buffers.get(key)
-    if buffer is None:
-        if len(ZERO_PADDED.buffers) >= PADDED_KEPT:
-            ZERO_PADDED.buffers.clear()
-        buffer = ZERO_PADDED.buffers[key] = torch.zeros(shape, dtype=band.dtype, device=band.device)
-    buffer[..., : band.shape[-1]].copy_(band)
-    return buffer
-
-
-def conservative_quadratic(system: SpectralSystem) -> Nonlinear:
-    """R(v) of N(u) = -(u^2 / 2)_x = `quadratic_multiplier` * R(v) in Fourier space with 2/3 dealiasing (1D).
-
-    The state is truncated to the kept modes before the product and the product is truncated again (the
-    multiplier holds the mask), so aliases of the quadratic term land only on discarded modes.
-
-    The product is formed on a grid of `product_grid_size(n)` >= n points rather than on the n-point grid:
-    with K kept modes (0 .. K-1, 3 (K-1) < n), u^2 holds modes up to 2 (K-1), whose aliases on any grid of
-    n' >= n points fall at |m| >= n' - 2 (K-1) > K-1, outside the kept modes, so the kept modes of N are the
-    same, up to rounding, as on the n-point grid. FFT libraries are several times faster on lengths 2^a or
-    3 * 2^a, and the truncated spectrum is zero-padded by `irfft(..., n=n')` for free, which also replaces
-    the mask product before the square.
-    """
-    n = system.shape[-1]
-    kept = system.kept_band()
-    modes = n // 2 + 1
-    grid = product_grid_size(n)
-
-    def nonlinear(v: Tensor) -> Tensor:
-        u = torch.fft.irfft(zero_padded(v[..., :kept], grid // 2 + 1), n=grid)  # on the product grid
-        return torch.fft.rfft(u * u)[..., :modes]
-
-    return nonlinear
-
-
-def quadratic_multiplier(system: SpectralSystem, k: Tensor, mask: Tensor) -> Tensor:
-    """M = -(i k / 2) mask (n' / n) of `conservative_quadratic` (complex128).
-
-    Moving between the n- and n'-point grids rescales both transforms (numpy's normalisation: 1/n on the
-    inverse); the net factor on FFT_n'(IFFT_n'(v)^2) is n' / n."""
-    n = system.shape[-1]
-    return -0.5j * k.to(torch.float64) * mask * (product_grid_size(n) / n)
-
-
-def product_grid_size(n: int) -> int:
-    """The smallest length 2^a or 3 * 2^a that is >= n (a fast FFT length; see `conservative_quadratic`)."""
-    size = 1
-    while size < n:
-        size *= 2
-    three_halves = 3 * size // 4  # 3 * 2^(a-2), between size / 2 and size
-    return three_halves if size >= 4 and three_halves >= n else size

@@ -152,6 +152,7 @@ def grouped_rollout(
             buffer = trajectory_buffer((k, m, n_frames, c, *space), torch.float32, device)
         trajectories = buffer.unbind(0) if buffer is not None else out
         if len(trajectories) != k or any(t.shape != (m, n_frames, c, *space) for t in trajectories):
+            # The caller's own buffer (generate passes one it sized): a bug if hit.
             raise ValueError(f"out must hold {k} trajectories of shape {(m, n_frames, c, *space)}")
         noise = torch.empty((k, m, c, *space), dtype=torch.float32, device=device)
         x = initial.to(torch.float32)[:, None].expand(k, m, c, *space).contiguous()

@@ -15,6 +15,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import OperatorSpace
+from dynaforge.errors import ConfigError
 from dynaforge.systems.random_cnn.sampling import decode_value, space_dimensions
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -77,11 +78,11 @@ def architecture_of(op: OperatorParams, channels: int) -> Architecture:
     stem = min(op.stem_width, op.width_cap)
     widths = (stem, *(min(stem * 2 ** (layer + 1), op.width_cap) for layer in range(op.depth)))
     if op.kernel_size % 2 != 1:
-        raise ValueError(f"kernel_size must be odd, got {op.kernel_size}")
+        raise ConfigError(f"kernel_size must be odd, got {op.kernel_size}")
     if op.norm == "group" and any(w % GROUP_CHANNELS for w in widths):
-        raise ValueError(f"group norm needs widths divisible by {GROUP_CHANNELS}, got {widths}")
+        raise ConfigError(f"group norm needs widths divisible by {GROUP_CHANNELS}, got {widths}")
     if op.activation not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {op.activation!r}; valid: {', '.join(ACTIVATIONS)}")
+        raise ConfigError(f"unknown activation {op.activation!r}; valid: {', '.join(ACTIVATIONS)}")
     return Architecture(channels, widths, op.kernel_size, op.block, op.norm, op.activation)
 
 
@@ -109,7 +110,7 @@ def policy_coefficients(op: OperatorParams) -> tuple[float, float]:
         return 1.0, op.residual_dt
     if op.policy == "convex":
         return op.convex_alpha, 1.0 - op.convex_alpha
-    raise ValueError(f"unknown policy {op.policy!r}; valid: autoregressive, residual, convex")
+    raise ConfigError(f"unknown policy {op.policy!r}; valid: autoregressive, residual, convex")
 
 
 def update_coefficients(

@@ -18,6 +18,7 @@ import numpy as np
 from scipy.stats import qmc
 
 from dynaforge.config import ParameterSpec
+from dynaforge.errors import ConfigError
 
 SOBOL_STREAM = 1
 """Spawn-key tag of the Sobol scrambling seed, apart from the per-sample seeds of `store.format`."""
@@ -75,7 +76,7 @@ def map_coordinate(spec: ParameterSpec, q: float) -> float:
         return float(min(int(np.searchsorted(edges, q, side="right")), len(weights) - 1))
     if spec.kind == "bool":
         return float(q < spec.probability)
-    raise ValueError(f"unknown parameter kind {spec.kind!r}")
+    raise ConfigError(f"unknown parameter kind {spec.kind!r}")
 
 
 def map_points(dimensions: list[tuple[str, ParameterSpec]], points: np.ndarray) -> np.ndarray:
