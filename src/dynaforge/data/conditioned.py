@@ -61,8 +61,8 @@ class ConditionedWindows(Dataset[StageWindow]):
     def __init__(
         self, windows: WindowDataset, params: Float[Tensor, "samples parameters"], dt: float
     ) -> None:
-        if params.shape[0] != windows.frames.shape[0]:
-            raise ValueError(f"{params.shape[0]} parameter rows for {windows.frames.shape[0]} trajectories")
+        if params.shape[0] != windows.samples:
+            raise ValueError(f"{params.shape[0]} parameter rows for {windows.samples} trajectories")
         self.windows, self.params = windows, params
         self.dt = torch.tensor(dt, dtype=torch.float32)
         self.spatial_dims = windows.spatial_dims
