@@ -15,7 +15,7 @@ from dynaforge.data import (
     safe_start_method,
     window_starts,
 )
-from dynaforge.errors import ConfigError
+from dynaforge.errors import ConfigError, DatasetError
 
 
 def stored_fields(samples: int = 3, frames: int = 10, size: int = 7, channels: int = 2) -> np.ndarray:
@@ -108,7 +108,7 @@ def test_normalisation_of_2d_fields_and_wrong_channels() -> None:
 def test_normalizer_from_stats_and_missing_stats() -> None:
     normalizer = Normalizer.from_stats({"mean": [1.0], "std": [2.0], "count": 5})
     assert normalizer.to_dict() == {"mean": [1.0], "std": [2.0]}
-    with pytest.raises(ValueError, match="n_train"):
+    with pytest.raises(DatasetError, match="n_train"):
         Normalizer.from_stats(None)
 
 

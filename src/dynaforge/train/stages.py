@@ -333,7 +333,11 @@ class SteadyPriorTask(StageTask):
         arrays = self.data.split(split)
         params = self.data.parameters.normalize(arrays.params)
         return LongTimeStates(
-            arrays.fields, self.data.normalizer, params, self.stage.last_frames, self.data.dt
+            fields_to_channels_first(arrays.fields),
+            self.data.normalizer,
+            params,
+            self.stage.last_frames,
+            self.data.dt,
         )
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
