@@ -100,11 +100,7 @@ def window_sources(
         identity, fingerprint = data_identity(folder), data_fingerprint(folder)
     else:
         identity, fingerprint = stream_identity(config)
-    if streaming:
-        normalizer = stream_normalizer(config)
-    else:
-        assert folder is not None
-        normalizer = Normalizer.from_stats(folder.stats)
+    normalizer = stream_normalizer(config) if streaming else folder_normalizer(folder)
     if config.data.normalize == "none":
         normalizer = Normalizer.identity(normalizer.channels)
 
@@ -146,22 +142,9 @@ def window_sources(
     val_loader = make_loader(
         val, data, device, shuffle=False, sampler=ShardSampler(len(val), rank, world_size)
     )
-    if streaming:
-        loaded, advice = (
-            "trajectories_generated_per_s",
-            (
-                "the solver does not keep up: raise data.stream.reuse (each trajectory drawn more often), "
-                "generate on a GPU (dataset.device=cuda) or store a dataset and train on it"
-            ),
-        )
-    elif lazily:
-        loaded = "trajectories_read_per_s" if data.num_workers == 0 else None  # workers count their own
-        advice = (
-            "reading from the shards does not keep up: raise data.num_workers, raise data.buffer, or "
-            "set data.reading=memory if the splits fit in memory"
-        )
-    else:
-        loaded, advice = None, "raise data.num_workers"
+    loaded, advice = loading_measure(
+        "stream" if streaming else "lazy" if lazily else "memory", data.num_workers
+    )
     return WindowSources(
         train=train,
         val=val,
@@ -180,6 +163,29 @@ def window_sources(
         advice=advice,
         trajectories=trajectories,
     )
+
+
+def folder_normalizer(folder: DatasetFolder | None) -> Normalizer:
+    """The statistics of the folder's train split."""
+    assert folder is not None, "window_sources refuses to train from stored data without a folder"
+    return Normalizer.from_stats(folder.stats)
+
+
+def loading_measure(reading: str, num_workers: int) -> tuple[str | None, str]:
+    """The measure of trajectories loaded per second for windows held in memory, read lazily or streamed
+    (None: nothing is loaded while training, or workers load out of sight), and what to change when
+    training waits for them."""
+    if reading == "stream":
+        return "trajectories_generated_per_s", (
+            "the solver does not keep up: raise data.stream.reuse (each trajectory drawn more often), "
+            "generate on a GPU (dataset.device=cuda) or store a dataset and train on it"
+        )
+    if reading == "lazy":
+        return "trajectories_read_per_s" if num_workers == 0 else None, (
+            "reading from the shards does not keep up: raise data.num_workers, raise data.buffer, or "
+            "set data.reading=memory if the splits fit in memory"
+        )
+    return None, "raise data.num_workers"
 
 
 def reads_lazily(config: Config, folder: DatasetFolder) -> bool:

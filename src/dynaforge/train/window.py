@@ -55,6 +55,8 @@ class WindowTask:
     data_parallel = True
     dataset: SplitWindows | None = None
     """A task's own windows of a split (the stack's stages define a `dataset` method); None: the config's."""
+    sources: WindowSources
+    """Where the windows come from (set up by `setup`)."""
 
     def __init__(self, config: Config, data: str | Path | None) -> None:
         self.config = config
@@ -65,7 +67,6 @@ class WindowTask:
         self.clock = time.perf_counter()
         self.warned_slow = False
         self.loaded_before = 0
-        self.sources: WindowSources | None = None
 
     # ---- set-up ------------------------------------------------------------------------------------
 
@@ -237,8 +238,7 @@ class WindowTask:
 
     def close(self) -> None:
         """Stop the stream's generator thread, if any (training is over)."""
-        if self.sources is not None:
-            self.sources.close()
+        self.sources.close()
 
 
 def window_engine(
