@@ -124,10 +124,6 @@ class EpochOrder(Sampler[int]):
             yield from block[first :: self.world_size].tolist()
             position += len(block)
 
-    def order(self) -> np.ndarray:
-        """The rank's whole share of the epoch, skip included (for tests and small splits)."""
-        return np.fromiter(self.rank_positions(), dtype=np.int64)
-
     def __iter__(self) -> Iterator[int]:
         return itertools.islice(self.rank_positions(), self.skip, None)
 
