@@ -116,7 +116,7 @@ while time.perf_counter() - started < budget:
     epoch += 1
 trained = time.perf_counter() - started - generated
 engine.task.close()
-made = engine.task.stream.generated if engine.task.stream is not None else int(case)
+made = engine.task.sources.loaded() if engine.task.sources.kind else int(case)
 
 # Score on the fixed test split, physical units, the reference normalisation for every case.
 folder = DatasetFolder(reference)

@@ -103,7 +103,13 @@ from torch.utils.data import DataLoader, Dataset
 from dynaforge.allocator import keep_freed_memory
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import Config, ConfigError, DataConfig, load_config
-from dynaforge.data import Normalizer, WindowDataset, make_loader
+from dynaforge.data import (
+    MemoryTrajectories,
+    Normalizer,
+    WindowDataset,
+    fields_to_channels_first,
+    make_loader,
+)
 from dynaforge.generate import generate
 from dynaforge.metrics.fields import relative_l2_per_frame
 from dynaforge.models import ModelInput, ModelShape, build_model
@@ -278,7 +284,10 @@ def load_data(root: Path) -> Data:
     normalizer = Normalizer.from_stats(dataset.stats)
 
     def windows(split: str) -> WindowDataset:
-        return WindowDataset(dataset.read_split(split).fields, normalizer, history=1, targets=1, stride=1)
+        frames = MemoryTrajectories.normalized(
+            fields_to_channels_first(dataset.read_split(split).fields), normalizer
+        )
+        return WindowDataset(frames, history=1, targets=1, stride=1)
 
     test = windows("test")
     inputs = torch.stack([test[i].inputs for i in range(len(test))])

@@ -151,14 +151,14 @@ def test_two_gloo_ranks_stream_disjoint_samples(tmp_path: Path) -> None:
         from dynaforge.data import stream
 
         made = []
-        generate = stream.generate_samples
+        generate = stream.generate_frames
 
-        def recording(system, seed, split, start, stop, device):
-            if split == "train":
-                made.extend(range(start, stop))
-            return generate(system, seed, split, start, stop, device)
+        def recording(system, rows, device):
+            if rows.split == "train":
+                made.extend(range(rows.start, rows.stop))
+            return generate(system, rows, device)
 
-        stream.generate_samples = recording
+        stream.generate_frames = recording
         code = main(sys.argv[1:])
         with open(os.environ["OUT_DIR"] + f"/rank{os.environ['RANK']}.json", "w") as f:
             json.dump(made, f)
@@ -184,17 +184,17 @@ def test_two_gloo_ranks_read_disjoint_windows_lazily(tmp_path: Path, tiny_data: 
         """
         import json, os, sys
         from dynaforge.cli import main
-        from dynaforge.data import lazy
+        from dynaforge.data import windows
 
         read = []
-        getitem = lazy.LazyWindowDataset.__getitem__
+        getitem = windows.WindowDataset.__getitem__
 
         def recording(self, index):
             if len(self) == 72:  # the train split (8 trajectories x 9 windows); val has 4 x 9
                 read.append(index)
             return getitem(self, index)
 
-        lazy.LazyWindowDataset.__getitem__ = recording
+        windows.WindowDataset.__getitem__ = recording
         code = main(sys.argv[1:])
         with open(os.environ["OUT_DIR"] + f"/rank{os.environ['RANK']}.json", "w") as f:
             json.dump(read, f)

@@ -6,6 +6,7 @@ import torch
 
 from dynaforge.config import DataConfig
 from dynaforge.data import (
+    MemoryTrajectories,
     Normalizer,
     WindowDataset,
     channels_first_to_last,
@@ -14,6 +15,7 @@ from dynaforge.data import (
     safe_start_method,
     window_starts,
 )
+from dynaforge.errors import ConfigError, DatasetError
 
 
 def stored_fields(samples: int = 3, frames: int = 10, size: int = 7, channels: int = 2) -> np.ndarray:
@@ -24,6 +26,14 @@ def stored_fields(samples: int = 3, frames: int = 10, size: int = 7, channels: i
     return (1000 * n + 100 * t + x + 0.5 * c).astype(np.float32)
 
 
+def stored_windows(
+    fields: np.ndarray, normalizer: Normalizer, history: int, targets: int, stride: int = 1
+) -> WindowDataset:
+    """The windows of stored (N, T, X, C) fields, held in memory and normalised."""
+    trajectories = MemoryTrajectories.normalized(fields_to_channels_first(fields), normalizer)
+    return WindowDataset(trajectories, history=history, targets=targets, stride=stride)
+
+
 def test_window_starts_cover_every_full_window() -> None:
     assert list(window_starts(10, 3, 1)) == list(range(8))
     assert list(window_starts(10, 3, 2)) == list(range(6))  # start 5 uses frames 5, 7, 9
@@ -32,7 +42,7 @@ def test_window_starts_cover_every_full_window() -> None:
 
 def test_windows_hold_the_stored_frames_channels_first() -> None:
     fields = stored_fields()
-    dataset = WindowDataset(fields, Normalizer.identity(2), history=2, targets=3, stride=2)
+    dataset = stored_windows(fields, Normalizer.identity(2), history=2, targets=3, stride=2)
     per_sample = 10 - (5 - 1) * 2
     assert len(dataset) == 3 * per_sample
     window = dataset[per_sample + 1]  # sample 1, start 1: frames 1, 3 | 5, 7, 9
@@ -44,7 +54,7 @@ def test_windows_hold_the_stored_frames_channels_first() -> None:
 
 def test_windows_of_odd_sizes_and_last_window() -> None:
     fields = stored_fields(samples=1, frames=5, size=5, channels=1)
-    dataset = WindowDataset(fields, Normalizer.identity(1), history=1, targets=1, stride=3)
+    dataset = stored_windows(fields, Normalizer.identity(1), history=1, targets=1, stride=3)
     assert len(dataset) == 2
     last = dataset[1]
     assert last.inputs[0, 0, 0] == 100 and last.targets[0, 0, 0] == 400
@@ -53,16 +63,16 @@ def test_windows_of_odd_sizes_and_last_window() -> None:
 
 
 def test_too_short_trajectories_name_the_fix() -> None:
-    with pytest.raises(ValueError, match=r"too short.*data\.history"):
-        WindowDataset(stored_fields(frames=4), Normalizer.identity(2), history=2, targets=2, stride=2)
+    with pytest.raises(ConfigError, match=r"too short.*data\.history"):
+        stored_windows(stored_fields(frames=4), Normalizer.identity(2), history=2, targets=2, stride=2)
 
 
 def test_windows_are_normalised_per_channel() -> None:
     rng = np.random.default_rng(0)
     fields = (rng.normal(size=(4, 6, 9, 2)) * [2.0, 0.5] + [1.0, -3.0]).astype(np.float32)
     normalizer = Normalizer(fields.reshape(-1, 2).mean(0).tolist(), fields.reshape(-1, 2).std(0).tolist())
-    dataset = WindowDataset(fields, normalizer, history=1, targets=1)
-    frames = dataset.frames  # (N, T, C, X)
+    dataset = stored_windows(fields, normalizer, history=1, targets=1)
+    frames = dataset.source.all  # (N, T, C, X)
     torch.testing.assert_close(frames.mean(dim=(0, 1, 3)), torch.zeros(2), atol=1e-5, rtol=0)
     torch.testing.assert_close(frames.std(dim=(0, 1, 3), correction=0), torch.ones(2), atol=1e-5, rtol=0)
 
@@ -98,7 +108,7 @@ def test_normalisation_of_2d_fields_and_wrong_channels() -> None:
 def test_normalizer_from_stats_and_missing_stats() -> None:
     normalizer = Normalizer.from_stats({"mean": [1.0], "std": [2.0], "count": 5})
     assert normalizer.to_dict() == {"mean": [1.0], "std": [2.0]}
-    with pytest.raises(ValueError, match="n_train"):
+    with pytest.raises(DatasetError, match="n_train"):
         Normalizer.from_stats(None)
 
 
@@ -110,7 +120,7 @@ def test_layout_conversions_are_inverse() -> None:
 
 
 def test_loader_batches_are_seeded_and_channels_first() -> None:
-    dataset = WindowDataset(stored_fields(), Normalizer.identity(2), history=2, targets=1)
+    dataset = stored_windows(stored_fields(), Normalizer.identity(2), history=2, targets=1)
     config = DataConfig(batch_size=5)
 
     def first_inputs(seed: int) -> torch.Tensor:
@@ -126,7 +136,7 @@ def test_loader_batches_are_seeded_and_channels_first() -> None:
 
 
 def test_loader_workers_start_safely_and_give_the_same_batches() -> None:
-    dataset = WindowDataset(stored_fields(), Normalizer.identity(2), history=2, targets=1)
+    dataset = stored_windows(stored_fields(), Normalizer.identity(2), history=2, targets=1)
     in_process = make_loader(dataset, DataConfig(batch_size=4), torch.device("cpu"), shuffle=True, seed=3)
     config = DataConfig(batch_size=4, num_workers=1, start_method="forkserver")
     with_worker = make_loader(dataset, config, torch.device("cpu"), shuffle=True, seed=3)

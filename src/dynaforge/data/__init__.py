@@ -10,6 +10,7 @@ from dynaforge.data.identity import (
 from dynaforge.data.loader import make_loader, safe_start_method
 from dynaforge.data.normalize import Normalizer
 from dynaforge.data.windows import (
+    MemoryTrajectories,
     Window,
     WindowDataset,
     channels_first_to_last,
@@ -19,6 +20,7 @@ from dynaforge.data.windows import (
 
 __all__ = [
     "DataIdentity",
+    "MemoryTrajectories",
     "Normalizer",
     "Window",
     "WindowDataset",

@@ -17,7 +17,8 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from dynaforge.data.normalize import MIN_STD, Normalizer
-from dynaforge.data.windows import WindowDataset, fields_to_channels_first
+from dynaforge.data.windows import WindowDataset
+from dynaforge.errors import ConfigError, DatasetError
 
 
 class StageWindow(NamedTuple):
@@ -61,8 +62,8 @@ class ConditionedWindows(Dataset[StageWindow]):
     def __init__(
         self, windows: WindowDataset, params: Float[Tensor, "samples parameters"], dt: float
     ) -> None:
-        if params.shape[0] != windows.frames.shape[0]:
-            raise ValueError(f"{params.shape[0]} parameter rows for {windows.frames.shape[0]} trajectories")
+        if params.shape[0] != windows.samples:
+            raise ValueError(f"{params.shape[0]} parameter rows for {windows.samples} trajectories")
         self.windows, self.params = windows, params
         self.dt = torch.tensor(dt, dtype=torch.float32)
         self.spatial_dims = windows.spatial_dims
@@ -81,20 +82,20 @@ class LongTimeStates(Dataset[StageWindow]):
 
     def __init__(
         self,
-        fields: np.ndarray,
+        frames: Float[Tensor, "samples time channels *space"],
         normalizer: Normalizer,
         params: Float[Tensor, "samples parameters"],
         last_frames: int,
         dt: float,
     ) -> None:
-        """`fields`: a split's stored array (N, T, *space, C)."""
-        if last_frames > fields.shape[1]:
-            raise ValueError(
-                f"last_frames={last_frames} is more than the {fields.shape[1]} stored frames per trajectory; "
-                "lower stages.steady_prior.last_frames"
+        """`frames`: a split's trajectories in physical units, channels first."""
+        if last_frames > frames.shape[1]:
+            raise ConfigError(
+                f"stages.steady_prior.last_frames={last_frames} is more than the {frames.shape[1]} stored "
+                "frames per trajectory; lower stages.steady_prior.last_frames"
             )
-        self.spatial_dims = fields.ndim - 3
-        tail = fields_to_channels_first(fields[:, -last_frames:])  # (N, last, C, *space)
+        self.spatial_dims = frames.ndim - 3
+        tail = frames[:, -last_frames:]  # (N, last, C, *space)
         self.states = normalizer.physical_to_normalized(tail, self.spatial_dims).flatten(0, 1)
         self.params = params.repeat_interleave(last_frames, dim=0)
         self.dt = torch.tensor(dt, dtype=torch.float32)
@@ -110,7 +111,7 @@ class LongTimeStates(Dataset[StageWindow]):
 def model_time_step(time: np.ndarray, stride: int) -> float:
     """The time between a model's input and output frames: `stride` stored frame spacings."""
     if time.shape[0] < 2:
-        raise ValueError("trajectories need at least 2 stored frames to define a time step")
+        raise DatasetError("trajectories need at least 2 stored frames to define a time step")
     return float(time[1] - time[0]) * stride
 
 

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from dynaforge.errors import DatasetError
+
 MIN_STD = 1e-8
 """A channel with a smaller standard deviation is treated as constant (divided by one, not by ~0)."""
 
@@ -31,7 +33,7 @@ class Normalizer:
     def from_stats(cls, stats: Mapping[str, Any] | None) -> Normalizer:
         """From a dataset manifest's `stats` (or a checkpoint's `normalization`): keys `mean` and `std`."""
         if not stats or "mean" not in stats or "std" not in stats:
-            raise ValueError(
+            raise DatasetError(
                 "the dataset has no train statistics (manifest 'stats' is empty): it needs a train split; "
                 "regenerate it with dataset.n_train > 0"
             )

@@ -20,7 +20,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from dynaforge.data import Normalizer, WindowDataset, fields_to_channels_first
+from dynaforge.data import MemoryTrajectories, Normalizer, WindowDataset, fields_to_channels_first
 from dynaforge.errors import ConfigError
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout
 from dynaforge.threads import run_pieces
@@ -63,8 +63,7 @@ def one_step_predictions(
 ) -> Predictions:
     """One model call from the true `history` frames of every window of the split (`horizon` frames each)."""
     windows = WindowDataset(
-        fields,
-        Normalizer.identity(shape.channels),
+        MemoryTrajectories(fields_to_channels_first(fields)),
         history=shape.history,
         targets=shape.horizon,
         stride=stride,

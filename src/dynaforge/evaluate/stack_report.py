@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
-from dynaforge.data import Normalizer, WindowDataset, fields_to_channels_first
+from dynaforge.data import MemoryTrajectories, Normalizer, WindowDataset, fields_to_channels_first
 from dynaforge.errors import ConfigError, RunError
 from dynaforge.evaluate.plots import figure_to_png, label_rollout_axes
 from dynaforge.evaluate.rollout import Predictions, Rollouts, available_rollout_frames
@@ -116,7 +116,7 @@ def stack_one_step(
 ) -> Predictions:
     """One operator call from the true inputs of every test window, with its trajectory's conditions."""
     windows = WindowDataset(
-        fields, Normalizer.identity(shape.channels), history=shape.history, targets=1, stride=stride
+        MemoryTrajectories(fields_to_channels_first(fields)), history=shape.history, targets=1, stride=stride
     )
     normalized_params = stack.parameters.normalize(params)
     device = device_of(stack)

@@ -5,26 +5,20 @@ then joins a process group (NCCL when training on CUDA, gloo on CPU), trains a D
 share of each global batch, reduces losses and metrics across ranks, and lets rank 0 alone write files
 (with barriers around checkpoints). Without those variables everything runs in one process.
 
-Data order: `EpochSampler` shuffles with a generator seeded by (seed, epoch) alone, as
-`DistributedSampler` does, and gives rank r the positions r, r + W, r + 2W, ... of that order. The
-micro-batch i of all ranks together is therefore exactly the batch i of one process with a W times
-larger batch, and a resumed run can start anywhere in an epoch. When the number of windows is not a
-multiple of W, the order is padded with its first windows (as DistributedSampler does) so that every rank
-takes the same number of steps: those few windows count twice per epoch.
+Data order: `dynaforge.data.order.EpochOrder` gives rank r the positions r, r + W, r + 2W, ... of an
+order fixed by (seed, epoch), so the micro-batch i of all ranks together is exactly the batch i of one
+process with a W times larger batch, and a resumed run can start anywhere in an epoch.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 from dynaforge.machine import local_rank_device
 
@@ -130,40 +124,3 @@ def wrap_data_parallel(model: nn.Module, cluster: Cluster, device: torch.device)
         return model
     device_ids = [device.index] if device.type == "cuda" else None
     return nn.parallel.DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=False)
-
-
-class EpochSampler(DistributedSampler):
-    """Shuffled by (seed, epoch), split across ranks like `DistributedSampler`, resumable mid-epoch.
-
-    Call `start(epoch, skip)` before each epoch: `skip` indices of this rank's share are passed over (a
-    resumed run skips what it already trained on).
-    """
-
-    def __init__(self, dataset: Dataset, cluster: Cluster, seed: int, shuffle: bool = True) -> None:
-        super().__init__(
-            dataset, num_replicas=cluster.world_size, rank=cluster.rank, shuffle=shuffle, seed=seed
-        )
-        self.skip = 0
-
-    def start(self, epoch: int, skip: int = 0) -> None:
-        self.set_epoch(epoch)
-        self.skip = skip
-
-    def __iter__(self) -> Iterator[int]:
-        return itertools.islice(super().__iter__(), self.skip, None)
-
-    def __len__(self) -> int:
-        return max(self.num_samples - self.skip, 0)
-
-
-class ShardSampler(Sampler[int]):
-    """Positions rank, rank + W, ... of 0..n-1, in order, no padding (for validation: sums are reduced)."""
-
-    def __init__(self, size: int, cluster: Cluster) -> None:
-        self.indices = range(cluster.rank, size, cluster.world_size)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)

@@ -61,7 +61,7 @@ from dynaforge.data.conditioned import (
     model_time_step,
 )
 from dynaforge.data.normalize import Normalizer
-from dynaforge.data.windows import WindowDataset
+from dynaforge.data.windows import MemoryTrajectories, WindowDataset, fields_to_channels_first
 from dynaforge.errors import RunError
 from dynaforge.metrics.ensemble import energy_score
 from dynaforge.metrics.fields import nrmse_per_sample
@@ -118,7 +118,8 @@ class StageData:
 
     def windows(self, split: str, history: int, targets: int) -> ConditionedWindows:
         arrays = self.split(split)
-        windows = WindowDataset(arrays.fields, self.normalizer, history, targets, self.stride)
+        frames = MemoryTrajectories.normalized(fields_to_channels_first(arrays.fields), self.normalizer)
+        windows = WindowDataset(frames, history, targets, self.stride)
         return ConditionedWindows(windows, self.parameters.normalize(arrays.params), self.dt)
 
     def max_targets(self, history: int) -> int:
@@ -332,7 +333,11 @@ class SteadyPriorTask(StageTask):
         arrays = self.data.split(split)
         params = self.data.parameters.normalize(arrays.params)
         return LongTimeStates(
-            arrays.fields, self.data.normalizer, params, self.stage.last_frames, self.data.dt
+            fields_to_channels_first(arrays.fields),
+            self.data.normalizer,
+            params,
+            self.stage.last_frames,
+            self.data.dt,
         )
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
