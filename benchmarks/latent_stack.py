@@ -84,7 +84,6 @@ import torch
 
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import Config, load_config, save_config
-from dynaforge.data.windows import fields_to_channels_first
 from dynaforge.evaluate.rollout import predict_physical
 from dynaforge.evaluate.stack_report import long_horizon_spectrum_error, steady_prior_score
 from dynaforge.generate import generate
@@ -103,6 +102,7 @@ from dynaforge.models.latent_stack import (
 from dynaforge.models.loading import model_from_checkpoint
 from dynaforge.runs import load_checkpoint
 from dynaforge.store import DatasetFolder
+from dynaforge.store.layout import fields_from_disk
 from dynaforge.train import window_engine
 from dynaforge.train.losses import mse_loss
 from dynaforge.train.stages import (
@@ -270,7 +270,7 @@ def train_fno_for(base: Config, data: Path, work: Path, seconds: float) -> tuple
 def test_inputs(data: Path, stride: int, steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Physical (N, 2, C, X) input frames from START_FRAME, the true next `steps` frames, the parameters."""
     split = DatasetFolder(data).read_split("test")
-    frames = fields_to_channels_first(split.fields)[:, START_FRAME::stride]
+    frames = fields_from_disk(split.fields)[:, START_FRAME::stride]
     return frames[:, :2], frames[:, 2 : 2 + steps], torch.as_tensor(split.params)
 
 

@@ -67,11 +67,12 @@ CHILD = r"""
 import itertools, json, math, subprocess, sys, time
 import torch
 from dynaforge.config import load_config
-from dynaforge.data import Normalizer, fields_to_channels_first
+from dynaforge.data import Normalizer
 from dynaforge.metrics.fields import nrmse_per_frame
 from dynaforge.models import ModelInput, autoregressive_rollout
 from dynaforge.store import DatasetFolder
 from dynaforge.train.window import window_engine
+from dynaforge.store.layout import fields_from_disk
 
 budget, case, reference, scratch = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 overrides = json.loads(sys.argv[5])
@@ -121,7 +122,7 @@ made = engine.task.sources.loaded() if engine.task.sources.kind else int(case)
 # Score on the fixed test split, physical units, the reference normalisation for every case.
 folder = DatasetFolder(reference)
 norm = Normalizer.from_stats(folder.stats)
-test = fields_to_channels_first(folder.read_split("test").fields)  # (N, T, C, X)
+test = fields_from_disk(folder.read_split("test").fields)  # (N, T, C, X)
 model = engine.model.eval()
 inputs = norm.physical_to_normalized(test, 1)
 with torch.inference_mode():

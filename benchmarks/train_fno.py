@@ -107,13 +107,13 @@ from dynaforge.data import (
     MemoryTrajectories,
     Normalizer,
     WindowDataset,
-    fields_to_channels_first,
     make_loader,
 )
 from dynaforge.generate import generate
 from dynaforge.metrics.fields import relative_l2_per_frame
 from dynaforge.models import ModelInput, ModelShape, build_model
 from dynaforge.store import DatasetFolder
+from dynaforge.store.layout import fields_from_disk
 from dynaforge.train import Engine, WindowTask
 from machine import device_name, load_note
 from smoke import quick_path
@@ -284,9 +284,7 @@ def load_data(root: Path) -> Data:
     normalizer = Normalizer.from_stats(dataset.stats)
 
     def windows(split: str) -> WindowDataset:
-        frames = MemoryTrajectories.normalized(
-            fields_to_channels_first(dataset.read_split(split).fields), normalizer
-        )
+        frames = MemoryTrajectories.normalized(fields_from_disk(dataset.read_split(split).fields), normalizer)
         return WindowDataset(frames, history=1, targets=1, stride=1)
 
     test = windows("test")

@@ -17,7 +17,6 @@ from dynaforge.config import ConfigError, load_config
 from dynaforge.data import MemoryTrajectories, Normalizer, WindowDataset
 from dynaforge.data.lazy import LazyTrajectories
 from dynaforge.data.order import EpochOrder, Rounds
-from dynaforge.data.seam import split_frames
 from dynaforge.data.sources import window_sources
 from dynaforge.data.stream import StreamedTrajectories, generate_frames, statistics_of
 from dynaforge.seeds import Rows
@@ -31,7 +30,7 @@ TINY = REPO / "configs" / "tiny.yaml"
 def both_paths(data: Path, buffer: int = 3) -> tuple[WindowDataset, WindowDataset]:
     folder = DatasetFolder(data)
     normalizer = Normalizer.from_stats(folder.stats)
-    memory = WindowDataset(MemoryTrajectories.normalized(split_frames(folder, "train"), normalizer), 2, 1)
+    memory = WindowDataset(MemoryTrajectories.normalized(folder.split_frames("train"), normalizer), 2, 1)
     lazy = WindowDataset(LazyTrajectories(folder.trajectory_reader("train"), normalizer, buffer), 2, 1)
     return memory, lazy
 
@@ -196,13 +195,13 @@ def test_streamed_sample_i_is_byte_identical_to_stored_sample_i(tiny_data: Path)
     config = load_config(TINY)
     system = build_system(config.system)
     folder = DatasetFolder(tiny_data)
-    stored = split_frames(folder, "train")
+    stored = folder.split_frames("train")
     seed, cpu = config.dataset.seed, torch.device("cpu")
     # Generated three at a time from sample 2 on: batch size and offset must not matter.
     made = torch.cat([generate_frames(system, Rows("train", lo, lo + 3, seed), cpu) for lo in (2, 5)])
     assert made.numpy().tobytes() == stored[2:8].numpy().tobytes()
     val = generate_frames(system, Rows("val", 0, 4, seed), cpu)
-    assert val.numpy().tobytes() == split_frames(folder, "val").numpy().tobytes()
+    assert val.numpy().tobytes() == folder.split_frames("val").numpy().tobytes()
     # The stream's statistics of the whole train split are the store's (exactly rounded sums: same bits).
     mine, stores = statistics_of(stored), folder.stats
     assert (mine["mean"], mine["std"]) == (stores["mean"], stores["std"])
@@ -249,9 +248,7 @@ def test_the_stream_yields_the_stored_windows_and_holds_a_bounded_buffer(tiny_da
     overrides = ["data.source=stream", "data.stream.buffer=4", "data.stream.reuse=2", "dataset.batch_size=2"]
     config = load_config(TINY, overrides)
     sources = window_sources(config, tiny_data, torch.device("cpu"), seed=0, epochs=2)
-    stored = MemoryTrajectories.normalized(
-        split_frames(DatasetFolder(tiny_data), "train"), sources.normalizer
-    )
+    stored = MemoryTrajectories.normalized(DatasetFolder(tiny_data).split_frames("train"), sources.normalizer)
     memory = WindowDataset(stored, 2, 1)  # with the stream's statistics (of its first `buffer` samples)
     try:
         assert sources.order.rounds == Rounds(2, 4)  # 8 new samples per epoch, 2 per round

@@ -9,13 +9,12 @@ from dynaforge.data import (
     MemoryTrajectories,
     Normalizer,
     WindowDataset,
-    channels_first_to_last,
-    fields_to_channels_first,
     make_loader,
     safe_start_method,
     window_starts,
 )
 from dynaforge.errors import ConfigError, DatasetError
+from dynaforge.store.layout import channels_first_to_last, fields_from_disk
 
 
 def stored_fields(samples: int = 3, frames: int = 10, size: int = 7, channels: int = 2) -> np.ndarray:
@@ -30,7 +29,7 @@ def stored_windows(
     fields: np.ndarray, normalizer: Normalizer, history: int, targets: int, stride: int = 1
 ) -> WindowDataset:
     """The windows of stored (N, T, X, C) fields, held in memory and normalised."""
-    trajectories = MemoryTrajectories.normalized(fields_to_channels_first(fields), normalizer)
+    trajectories = MemoryTrajectories.normalized(fields_from_disk(fields), normalizer)
     return WindowDataset(trajectories, history=history, targets=targets, stride=stride)
 
 
@@ -114,9 +113,9 @@ def test_normalizer_from_stats_and_missing_stats() -> None:
 
 def test_layout_conversions_are_inverse() -> None:
     fields = stored_fields()
-    first = fields_to_channels_first(fields)
+    first = fields_from_disk(fields)
     assert first.shape == (3, 10, 2, 7)
-    np.testing.assert_array_equal(channels_first_to_last(first, spatial_dims=1).numpy(), fields)
+    np.testing.assert_array_equal(channels_first_to_last(first).numpy(), fields)
 
 
 def test_loader_batches_are_seeded_and_channels_first() -> None:

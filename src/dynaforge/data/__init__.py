@@ -13,8 +13,6 @@ from dynaforge.data.windows import (
     MemoryTrajectories,
     Window,
     WindowDataset,
-    channels_first_to_last,
-    fields_to_channels_first,
     window_starts,
 )
 
@@ -24,12 +22,10 @@ __all__ = [
     "Normalizer",
     "Window",
     "WindowDataset",
-    "channels_first_to_last",
     "check_config_matches_data",
     "check_same_data",
     "data_fingerprint",
     "data_identity",
-    "fields_to_channels_first",
     "make_loader",
     "safe_start_method",
     "window_starts",

@@ -14,7 +14,6 @@ from collections import OrderedDict
 from torch import Tensor
 
 from dynaforge.data.normalize import Normalizer
-from dynaforge.data.seam import trajectory_frames
 from dynaforge.store import TrajectoryReader
 
 
@@ -25,7 +24,7 @@ class LazyTrajectories:
         if buffer < 1:
             raise ValueError(f"buffer must be >= 1, got {buffer}")
         self.reader, self.normalizer, self.buffer = reader, normalizer, buffer
-        first = trajectory_frames(reader, 0)  # (T, C, *space)
+        first = reader.frames(0)  # (T, C, *space)
         self.frames = first.shape[0]
         self.spatial_dims = first.ndim - 2
         self.cache: OrderedDict[int, Tensor] = OrderedDict()
@@ -43,9 +42,7 @@ class LazyTrajectories:
         if index in self.cache:
             self.cache.move_to_end(index)
             return self.cache[index]
-        frames = self.normalizer.physical_to_normalized(
-            trajectory_frames(self.reader, index), self.spatial_dims
-        )
+        frames = self.normalizer.physical_to_normalized(self.reader.frames(index), self.spatial_dims)
         self.loaded += 1
         self.cache[index] = frames
         while len(self.cache) > self.buffer:

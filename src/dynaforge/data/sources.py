@@ -24,7 +24,6 @@ from dynaforge.data.lazy import LazyTrajectories
 from dynaforge.data.loader import make_loader
 from dynaforge.data.normalize import Normalizer
 from dynaforge.data.order import EpochOrder, ShardSampler
-from dynaforge.data.seam import split_frames
 from dynaforge.data.stream import generated_val, stream_identity, stream_normalizer, streamed_windows
 from dynaforge.data.windows import MemoryTrajectories, TrajectorySource, WindowDataset
 from dynaforge.errors import DATA, ConfigError, RunError
@@ -120,7 +119,7 @@ def window_sources(
         if lazily:
             source = LazyTrajectories(folder.trajectory_reader(name), normalizer, buffer=data.buffer)
         else:
-            source = MemoryTrajectories.normalized(split_frames(folder, name), normalizer)
+            source = MemoryTrajectories.normalized(folder.split_frames(name), normalizer)
         return WindowDataset(source, data.history, targets, data.stride), source
 
     if folder is not None:

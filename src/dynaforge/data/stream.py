@@ -27,7 +27,6 @@ import logging
 import math
 import threading
 
-import numpy as np
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -36,14 +35,10 @@ from dynaforge.config import Config, config_to_dict, resolve_device
 from dynaforge.data.identity import DataIdentity
 from dynaforge.data.normalize import Normalizer
 from dynaforge.data.order import EpochOrder, Rounds
-from dynaforge.data.windows import (
-    MemoryTrajectories,
-    WindowDataset,
-    channels_first_to_last,
-    fields_to_channels_first,
-)
+from dynaforge.data.windows import MemoryTrajectories, WindowDataset
 from dynaforge.errors import ConfigError, Option
 from dynaforge.seeds import Rows
+from dynaforge.store.layout import fields_to_disk
 from dynaforge.store.stats import SampleMoments
 from dynaforge.systems import System, build_system
 
@@ -53,17 +48,14 @@ log = logging.getLogger(__name__)
 def generate_frames(
     system: System, rows: Rows, device: torch.device
 ) -> Float[Tensor, "samples time channels *space"]:
-    """Samples `rows`, (N, T, C, *space) float32 on `device`: what the store's writer would write.
-
-    A shim until systems return channels-first tensors (issue 34's seam): then this is
-    `system.sample_rows(rows, device).fields`."""
-    return fields_to_channels_first(system.sample_rows(rows, device).fields).to(device)
+    """Samples `rows`, (N, T, C, *space) float32 on `device`: what the store's writer would write (the
+    system's own channels-first tensor, which never visits the host on its way to the trainer)."""
+    return system.sample_rows(rows, device).fields
 
 
 def statistics_of(frames: Float[Tensor, "samples time channels *space"]) -> dict[str, list[float] | int]:
     """Normalisation statistics of samples, computed as the store computes them (on its layout)."""
-    stored = channels_first_to_last(frames, frames.ndim - 3).cpu().numpy()
-    return SampleMoments.of(np.ascontiguousarray(stored)).merged().summary()
+    return SampleMoments.of(fields_to_disk(frames)).merged().summary()
 
 
 class StreamedTrajectories:

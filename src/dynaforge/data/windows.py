@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol, runtime_checkable
 
-import numpy as np
-import torch
 from jaxtyping import Float
 from torch import Tensor
 from torch.utils.data import Dataset
@@ -34,19 +32,6 @@ class Window(NamedTuple):
 
     inputs: Float[Tensor, "history channels *space"]
     targets: Float[Tensor, "targets channels *space"]
-
-
-def fields_to_channels_first(fields: np.ndarray) -> Float[Tensor, "samples time channels *space"]:
-    """(N, T, *space, C) stored fields -> (N, T, C, *space) float32 tensor (a copy, contiguous)."""
-    if fields.ndim < 4:
-        raise ValueError(f"stored fields are (samples, time, *space, channels), got shape {fields.shape}")
-    tensor = torch.as_tensor(np.ascontiguousarray(fields), dtype=torch.float32)
-    return torch.movedim(tensor, -1, 2).contiguous()
-
-
-def channels_first_to_last(fields: Tensor, spatial_dims: int) -> Tensor:
-    """(..., C, *space) -> (..., *space, C), the stored layout."""
-    return torch.movedim(fields, -1 - spatial_dims, -1)
 
 
 def window_starts(n_frames: int, window_frames: int, stride: int) -> range:

@@ -20,9 +20,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from dynaforge.data import MemoryTrajectories, Normalizer, WindowDataset, fields_to_channels_first
+from dynaforge.data import MemoryTrajectories, Normalizer, WindowDataset
 from dynaforge.errors import ConfigError
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout
+from dynaforge.store.layout import fields_from_disk
 from dynaforge.threads import run_pieces
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def one_step_predictions(
 ) -> Predictions:
     """One model call from the true `history` frames of every window of the split (`horizon` frames each)."""
     windows = WindowDataset(
-        MemoryTrajectories(fields_to_channels_first(fields)),
+        MemoryTrajectories(fields_from_disk(fields)),
         history=shape.history,
         targets=shape.horizon,
         stride=stride,
@@ -107,7 +108,7 @@ def rollouts(
 
     Predicts `frames` frames, fewer (with a warning) when the stored trajectories end earlier.
     """
-    trajectories = fields_to_channels_first(fields)[:, start_frame::stride]  # (N, T', C, *space)
+    trajectories = fields_from_disk(fields)[:, start_frame::stride]  # (N, T', C, *space)
     available = available_rollout_frames(fields.shape[1], shape, stride, start_frame)
     if available < 1:
         raise ConfigError(

@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
-from dynaforge.data import MemoryTrajectories, Normalizer, WindowDataset, fields_to_channels_first
+from dynaforge.data import MemoryTrajectories, WindowDataset
 from dynaforge.errors import ConfigError, RunError
 from dynaforge.evaluate.plots import figure_to_png, label_rollout_axes
 from dynaforge.evaluate.rollout import Predictions, Rollouts, available_rollout_frames
@@ -47,6 +47,7 @@ from dynaforge.models.latent_stack import (
     operator_step,
     predictor_corrector_rollout,
 )
+from dynaforge.store.layout import fields_from_disk
 
 STATUS_FILE = "stages.json"
 ENSEMBLE_MEMBERS = 4
@@ -116,7 +117,7 @@ def stack_one_step(
 ) -> Predictions:
     """One operator call from the true inputs of every test window, with its trajectory's conditions."""
     windows = WindowDataset(
-        MemoryTrajectories(fields_to_channels_first(fields)), history=shape.history, targets=1, stride=stride
+        MemoryTrajectories(fields_from_disk(fields)), history=shape.history, targets=1, stride=stride
     )
     normalized_params = stack.parameters.normalize(params)
     device = device_of(stack)
@@ -144,7 +145,7 @@ def stack_rollouts(
     frames: int,
 ) -> Rollouts:
     """The operator alone from the true frames at `start_frame` (as `dynaforge.evaluate.rollout.rollouts`)."""
-    trajectories = fields_to_channels_first(fields)[:, start_frame::stride]
+    trajectories = fields_from_disk(fields)[:, start_frame::stride]
     frames = min(frames, available_rollout_frames(fields.shape[1], shape, stride, start_frame))
     if frames < 1:
         raise ConfigError(
@@ -232,8 +233,8 @@ def steady_prior_score(
     if stack.steady_prior is None:
         raise RunError("this stack has no steady prior; train its steady_prior stage first")
     spatial_dims = test_fields.ndim - 3
-    truth = fields_to_channels_first(test_fields[:, -last_frames:]).float()  # (N, L, C, *space)
-    train = fields_to_channels_first(train_fields[:, -last_frames:]).float()
+    truth = fields_from_disk(test_fields[:, -last_frames:]).float()  # (N, L, C, *space)
+    train = fields_from_disk(train_fields[:, -last_frames:]).float()
     count = truth.shape[0] * last_frames
     shape = (count, *truth.shape[2:])
     device = device_of(stack)

@@ -20,13 +20,8 @@ from torch import Tensor, nn
 
 from dynaforge.config import FNOConfig
 from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, check_spatial_dims, frames_prediction
-from dynaforge.models.spectral import (
-    SpectralConv,
-    SpectralInit,
-    Transform,
-    channels_first_to_last,
-    channels_last_to_first,
-)
+from dynaforge.models.spectral import SpectralConv, SpectralInit, Transform
+from dynaforge.store.layout import channels_first_to_last, channels_last_to_first
 
 
 class ChannelsLastPointwise:
@@ -124,13 +119,13 @@ class FNO(nn.Module):
 
     def network(self, stacked: Tensor) -> Tensor:
         """Stacked frames (B, history * C, *space) -> stacked update (B, horizon * C, *space)."""
-        fields = channels_first_to_last(stacked)  # (B, *space, C)
+        fields = channels_first_to_last(stacked, lead=1)  # (B, *space, C)
         if self.config.coordinates:
             fields = torch.cat([fields, grid_coordinates(fields)], dim=-1)
         hidden = self.lift(fields)  # (B, *space, width)
         for block in self.blocks:
             hidden = block(hidden)
-        return channels_last_to_first(self.project(hidden))
+        return channels_last_to_first(self.project(hidden), lead=1)
 
 
 def grid_coordinates(fields: Float[Tensor, "batch *space channels"]) -> Float[Tensor, "batch *space dims"]:

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from dynaforge.errors import ConfigError
 from dynaforge.models.dft import fft_matrices, irfft_matrix, rfft_matrix
+from dynaforge.store.layout import channels_first_to_last, channels_last_to_first
 
 Transform = Literal["auto", "fft", "dft"]
 TRANSFORMS: tuple[str, ...] = ("auto", "fft", "dft")
@@ -109,7 +110,7 @@ class SpectralConv(nn.Module):
         size = tuple(x.shape[-self.spatial_dims :])
         self.check_size(size)
         if self.chosen_transform(size) == "dft":
-            return channels_last_to_first(self.forward_dft(channels_first_to_last(x)))
+            return channels_last_to_first(self.forward_dft(channels_first_to_last(x, lead=1)), lead=1)
         return self.forward_fft(x)
 
     def chosen_transform(self, size: tuple[int, ...]) -> Literal["fft", "dft"]:
@@ -142,7 +143,7 @@ class SpectralConv(nn.Module):
         self.check_size(size)
         if self.chosen_transform(size) == "dft":
             return self.forward_dft(h)
-        return channels_first_to_last(self.forward_fft(channels_last_to_first(h)))
+        return channels_first_to_last(self.forward_fft(channels_last_to_first(h, lead=1)), lead=1)
 
     def forward_dft(
         self, h: Float[Tensor, "batch *space in_channels"]
@@ -264,14 +265,3 @@ def mix_modes_channels_last(
     modes_first = kept.flatten(1, -2).transpose(0, 1)  # (K, B, 2 in)
     mixed = torch.bmm(modes_first, block)  # (K, B, 2 out)
     return mixed.transpose(0, 1).unflatten(1, kept.shape[1:-1])
-
-
-def channels_first_to_last(x: Tensor) -> Tensor:
-    """(B, C, *space) -> (B, *space, C), a view (positive dims: the TorchScript ONNX exporter turns negative
-    ones into an invalid Transpose)."""
-    return x.permute(0, *range(2, x.ndim), 1)
-
-
-def channels_last_to_first(h: Tensor) -> Tensor:
-    """(B, *space, C) -> (B, C, *space), a view."""
-    return h.permute(0, h.ndim - 1, *range(1, h.ndim - 1))

@@ -16,13 +16,15 @@ from torch import Tensor
 
 def channels_first_to_last(fields: Tensor, lead: int = 2) -> Tensor:
     """(*lead, C, *space) -> (*lead, *space, C), the stored layout; `lead` leading axes (2: samples and
-    time; 1: time alone). A view, no copy."""
-    return torch.movedim(fields, lead, -1)
+    time; 1: samples alone, as the models' channels-last stages use it). A view, no copy; written with
+    positive dims, as the TorchScript ONNX exporter turns negative ones into an invalid Transpose."""
+    return fields.permute(*range(lead), *range(lead + 1, fields.ndim), lead)
 
 
 def channels_last_to_first(fields: Tensor, lead: int = 2) -> Tensor:
     """(*lead, *space, C) -> (*lead, C, *space), the layout of everything outside the store. A view."""
-    return torch.movedim(fields, -1, lead)
+    last = fields.ndim - 1
+    return fields.permute(*range(lead), last, *range(lead, last))
 
 
 def fields_to_disk(fields: Float[Tensor, "samples time channels *space"]) -> np.ndarray:

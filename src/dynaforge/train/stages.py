@@ -61,7 +61,7 @@ from dynaforge.data.conditioned import (
     model_time_step,
 )
 from dynaforge.data.normalize import Normalizer
-from dynaforge.data.windows import MemoryTrajectories, WindowDataset, fields_to_channels_first
+from dynaforge.data.windows import MemoryTrajectories, WindowDataset
 from dynaforge.errors import RunError
 from dynaforge.metrics.ensemble import energy_score
 from dynaforge.metrics.fields import nrmse_per_sample
@@ -73,6 +73,7 @@ from dynaforge.models.loading import model_from_checkpoint
 from dynaforge.runs import check_same_run, load_checkpoint, run_folder
 from dynaforge.store import DatasetFolder
 from dynaforge.store.format import SplitArrays
+from dynaforge.store.layout import fields_from_disk
 from dynaforge.train.engine import Engine, TrainSummary
 from dynaforge.train.losses import distillation_loss, flow_matching_loss, log_spectrum_loss, mse_loss
 from dynaforge.train.task import StepLoss, Task
@@ -118,7 +119,7 @@ class StageData:
 
     def windows(self, split: str, history: int, targets: int) -> ConditionedWindows:
         arrays = self.split(split)
-        frames = MemoryTrajectories.normalized(fields_to_channels_first(arrays.fields), self.normalizer)
+        frames = MemoryTrajectories.normalized(fields_from_disk(arrays.fields), self.normalizer)
         windows = WindowDataset(frames, history, targets, self.stride)
         return ConditionedWindows(windows, self.parameters.normalize(arrays.params), self.dt)
 
@@ -333,7 +334,7 @@ class SteadyPriorTask(StageTask):
         arrays = self.data.split(split)
         params = self.data.parameters.normalize(arrays.params)
         return LongTimeStates(
-            fields_to_channels_first(arrays.fields),
+            fields_from_disk(arrays.fields),
             self.data.normalizer,
             params,
             self.stage.last_frames,
