@@ -115,11 +115,31 @@ def test_nothing_of_a_refused_object_is_called(tmp_path: Path, monkeypatch: pyte
         "class NotASystem(metaclass=Meta):\n    config_class = None\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # the config's own system, named before the override
     for name in ("sneaky:system", "sneaky:NotASystem"):
         with pytest.raises(ConfigError, match="not a dynaforge system"):
             load_config(CONFIG, [f"system.name={name}"])
         assert not marker.exists()
     assert "package 'sneaky'" in refused("sneaky:system", tmp_path) and not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        ("def broken(:\n", ["SyntaxError", "broken_pdes.py:1"]),
+        ("import math\n\nvalue = 1 / 0\n", ["ZeroDivisionError", "broken_pdes.py:3"]),
+    ],
+)
+def test_a_user_module_that_fails_to_import_is_its_packages_fault_in_one_line(
+    source: str, says: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_pdes.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # the config's own system, named before the override
+    with pytest.raises(ConfigError) as raised:
+        load_config(CONFIG, ["system.name=broken_pdes:System"])
+    message = str(raised.value)
+    assert all(part in message for part in [*says, "package 'broken_pdes'", "not in dynaforge"]), message
 
 
 def test_a_user_system_builds_like_a_builtin(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,10 @@ class Normalizer:
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         if len(mean) != len(std) or not mean:
-            raise ValueError(f"mean and std need one entry per channel, got {list(mean)} and {list(std)}")
+            raise DatasetError(
+                f"normalisation statistics need one mean and one std per channel, got {list(mean)} and "
+                f"{list(std)} (a damaged stats.json of a dataset, or a checkpoint's normaliser)"
+            )
         self.mean = [float(m) for m in mean]
         self.std = [float(s) if s > MIN_STD else 1.0 for s in std]
 

@@ -26,6 +26,7 @@ import h5py
 import numpy as np
 
 import dynaforge
+from dynaforge.errors import ConfigError
 from dynaforge.seeds import SPLITS
 from dynaforge.store.foreign import ForeignFormat, ForeignLayout
 from dynaforge.store.format import FORMAT_VERSION, DatasetError, SplitArrays
@@ -229,5 +230,5 @@ class ForeignDataset:
 
 def check_split(split: str) -> str:
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        raise ConfigError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
     return split

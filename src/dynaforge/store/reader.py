@@ -100,7 +100,7 @@ class DatasetFolder:
         if self.foreign is not None:
             raise DatasetError(f"{self.root} is a {self.foreign.format} file, not a folder of shards")
         if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+            raise ConfigError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         return [self.root / record["file"] for record in self.split_records(split)]
 
     def split_records(self, split: str) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import config_to_dict
+from dynaforge.errors import ConfigError
 from dynaforge.seeds import Rows, sample_rng
 
 AXIS_NAMES = ("x", "y", "z")
@@ -86,6 +87,34 @@ class System(Protocol):
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]: ...
 
     def config_identity(self, device: str) -> dict[str, Any]: ...
+
+    def rollout_lengths(
+        self,
+        initial: Tensor,
+        params: Tensor,
+        steps: int | None,
+        save_every: int | None,
+        state: tuple[int, ...],
+        axes: str = "",
+    ) -> tuple[int, int]:
+        """(steps, save_every) of a `rollout` call, the config's where not given, after checking that
+        `initial` is (batch, *state) and `params` (batch, parameters); `axes` says in the message what the
+        state's axes are (e.g. the N-body channels)."""
+        if initial.ndim != len(state) + 1 or tuple(initial.shape[1:]) != state:
+            raise ConfigError(
+                f"{self.name}: initial state must have shape (batch, {', '.join(map(str, state))}){axes}, got "
+                f"{tuple(initial.shape)}; add a leading batch axis for a single sample"
+            )
+        names = self.parameter_names
+        if params.shape != (initial.shape[0], len(names)):
+            raise ConfigError(
+                f"{self.name}: params must have shape (batch, {len(names)}) with columns {names}, "
+                f"got {tuple(params.shape)}"
+            )
+        return (
+            self.config.steps if steps is None else steps,
+            self.config.save_every if save_every is None else save_every,
+        )
 
     def divergence_cause(self) -> str: ...
 

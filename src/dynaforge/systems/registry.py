@@ -16,6 +16,7 @@ import importlib.machinery
 import importlib.util
 import re
 import sys
+import traceback
 from typing import Any
 
 from dynaforge.config import NBodyConfig, SystemConfig
@@ -60,6 +61,14 @@ def providing_package(name: str) -> str:
     return name.partition(":")[0].split(".")[0]
 
 
+def failed_at(error: BaseException) -> str:
+    """' at FILE:LINE' of where an import failed: the offending line of a syntax error, else the innermost frame."""
+    if isinstance(error, SyntaxError) and error.filename:
+        return f" at {error.filename}:{error.lineno}"
+    frames = traceback.extract_tb(error.__traceback__)
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
 def system_class(name: str, key: str = "system.name") -> type[SystemBase]:
     """The class `name` stands for: one of `SYSTEMS`, or a user's `package.module:Class`.
 
@@ -89,6 +98,12 @@ def system_class(name: str, key: str = "system.name") -> type[SystemBase]:
             f"{key}={name!r}: cannot import {module_name!r} ({error}); the system would come from the "
             f"package {package!r}: pip install {package}, or put it on PYTHONPATH"
         ) from None
+    except Exception as error:  # the module's own code failed: its package's bug, not dynaforge's
+        raise ConfigError(
+            f"{key}={name!r}: importing {module_name!r} raised {type(error).__name__}: {error}{failed_at(error)}; "
+            f"the fault is in the package {package!r}, not in dynaforge "
+            f"(python -c 'import {module_name}' shows the traceback)"
+        ) from error
     found: Any = module
     for part in attribute.split("."):
         found = getattr(found, part, None)

@@ -15,7 +15,6 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import NBodyConfig
-from dynaforge.errors import ConfigError
 from dynaforge.seeds import Rows
 from dynaforge.systems.base import InitialStates, SampleRows, SystemBase, Trajectories, rows_from_seeds
 from dynaforge.systems.batching import LANES, block_samples, pad_rows, sample_blocks
@@ -137,22 +136,11 @@ class NBody(SystemBase):
         the controller picks each system's steps and the last step before a frame is shortened to land
         on it (that shortening breaks exact time symmetry; `dynaforge nbody simulate` does not do it).
         """
-        steps = self.config.steps if steps is None else steps
-        save_every = self.config.save_every if save_every is None else save_every
-        expected = (6, self.config.bodies)
-        if initial.ndim != 3 or tuple(initial.shape[1:]) != expected:
-            raise ConfigError(
-                f"nbody: initial state must have shape (batch, 6, {self.config.bodies}) with channels "
-                f"{CHANNEL_NAMES}, got {tuple(initial.shape)}; add a leading batch axis for one system"
-            )
-        if params.shape != (initial.shape[0], len(self.parameter_names)):
-            raise ConfigError(
-                f"nbody: params must have shape (batch, {len(self.parameter_names)}) with columns "
-                f"{self.parameter_names}, got {tuple(params.shape)}"
-            )
+        state, axes = (6, self.config.bodies), f" with channels {CHANNEL_NAMES}"
+        steps, save_every = self.rollout_lengths(initial, params, steps, save_every, state, axes)
         n_frames = steps // save_every + 1
         interval = self.config.dt * save_every
-        fields = torch.empty((initial.shape[0], n_frames, *expected), dtype=self.dtype, device=initial.device)
+        fields = torch.empty((initial.shape[0], n_frames, *state), dtype=self.dtype, device=initial.device)
         report = serialised(on_step)
 
         def run_block(rows: slice) -> None:

@@ -401,24 +401,13 @@ class SpectralSystem(SystemBase):
         transform of the frame are captured as one CUDA graph (`CapturedSteps`) and replayed, unless
         `cuda_graph` is false; the kernels are the same, so are the numbers.
         """
-        steps = self.config.steps if steps is None else steps
-        save_every = self.config.save_every if save_every is None else save_every
-        expected = (self.channels, *self.shape)
-        if initial.ndim != len(expected) + 1 or tuple(initial.shape[1:]) != expected:
-            raise ConfigError(
-                f"{self.name}: initial state must have shape (batch, {', '.join(map(str, expected))}), "
-                f"got {tuple(initial.shape)}; add a leading batch axis for a single sample"
-            )
-        if params.shape != (initial.shape[0], len(self.parameter_names)):
-            raise ConfigError(
-                f"{self.name}: params must have shape (batch, {len(self.parameter_names)}) with columns "
-                f"{self.parameter_names}, got {tuple(params.shape)}"
-            )
+        state = (self.channels, *self.shape)
+        steps, save_every = self.rollout_lengths(initial, params, steps, save_every, state)
         device = initial.device
         n_frames = steps // save_every + 1
         # Preallocated trajectory buffer, filled frame by frame (in-place writes on purpose; blocks write
         # disjoint rows).
-        frames = trajectory_buffer((initial.shape[0], n_frames, *expected), self.real_dtype, device)
+        frames = trajectory_buffer((initial.shape[0], n_frames, *state), self.real_dtype, device)
         shared = None
         if bool((params == params[:1]).all()):  # one parameter row: set the operators up once
             (shared,) = run_pieces(lambda row: self.operators(row, device), [params[:1]])
