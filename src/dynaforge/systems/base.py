@@ -88,34 +88,6 @@ class System(Protocol):
 
     def config_identity(self, device: str) -> dict[str, Any]: ...
 
-    def rollout_lengths(
-        self,
-        initial: Tensor,
-        params: Tensor,
-        steps: int | None,
-        save_every: int | None,
-        state: tuple[int, ...],
-        axes: str = "",
-    ) -> tuple[int, int]:
-        """(steps, save_every) of a `rollout` call, the config's where not given, after checking that
-        `initial` is (batch, *state) and `params` (batch, parameters); `axes` says in the message what the
-        state's axes are (e.g. the N-body channels)."""
-        if initial.ndim != len(state) + 1 or tuple(initial.shape[1:]) != state:
-            raise ConfigError(
-                f"{self.name}: initial state must have shape (batch, {', '.join(map(str, state))}){axes}, got "
-                f"{tuple(initial.shape)}; add a leading batch axis for a single sample"
-            )
-        names = self.parameter_names
-        if params.shape != (initial.shape[0], len(names)):
-            raise ConfigError(
-                f"{self.name}: params must have shape (batch, {len(names)}) with columns {names}, "
-                f"got {tuple(params.shape)}"
-            )
-        return (
-            self.config.steps if steps is None else steps,
-            self.config.save_every if save_every is None else save_every,
-        )
-
     def divergence_cause(self) -> str: ...
 
 
@@ -147,6 +119,34 @@ class SystemBase:
         config as it is. A system whose arrays depend on the device beyond the last bits (random CNN:
         `precision: auto`) writes what the setting resolves to there."""
         return config_to_dict(self.config)
+
+    def rollout_lengths(
+        self,
+        initial: Tensor,
+        params: Tensor,
+        steps: int | None,
+        save_every: int | None,
+        state: tuple[int, ...],
+        axes: str = "",
+    ) -> tuple[int, int]:
+        """(steps, save_every) of a `rollout` call, the config's where not given, after checking that
+        `initial` is (batch, *state) and `params` (batch, parameters); `axes` says in the message what the
+        state's axes are (e.g. the N-body channels)."""
+        if initial.ndim != len(state) + 1 or tuple(initial.shape[1:]) != state:
+            raise ConfigError(
+                f"{self.name}: initial state must have shape (batch, {', '.join(map(str, state))}){axes}, got "
+                f"{tuple(initial.shape)}; add a leading batch axis for a single sample"
+            )
+        names = self.parameter_names
+        if params.shape != (initial.shape[0], len(names)):
+            raise ConfigError(
+                f"{self.name}: params must have shape (batch, {len(names)}) with columns {names}, "
+                f"got {tuple(params.shape)}"
+            )
+        return (
+            self.config.steps if steps is None else steps,
+            self.config.save_every if save_every is None else save_every,
+        )
 
     def divergence_cause(self) -> str:
         """The likely reason a rollout produced NaN or Inf when every parameter is inside its declared range,
