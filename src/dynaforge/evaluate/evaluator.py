@@ -207,6 +207,7 @@ def evaluate(
         "rollout_per_frame": scores["curves"],
         "rollout_windows": scores["windows"],
         "correlation_time": scores["correlation_time"],
+        "high_correlation_time": scores["high_correlation_time"],
         "system": dataset.system,
         "conserved": scores["conserved"],
         "spectra": scores["spectra"],
