@@ -152,7 +152,7 @@ def high_correlation_steps(
     return HighCorrelationSteps(steps=steps, censored=steps == correlation.shape[1])
 
 
-def mean_and_stderr(values: Sequence[float]) -> tuple[float, float | None]:
+def mean_and_stderr(values: Sequence[float] | Sequence[int]) -> tuple[float, float | None]:
     """Mean and its standard error, std (with Bessel's correction) / sqrt(n); None for one value."""
     array = np.asarray(values, dtype=np.float64)
     if array.size == 0:
