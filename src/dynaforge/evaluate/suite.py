@@ -2,8 +2,9 @@
 
 `score_predictions` scores one-step predictions (each window's predicted frames); `score_rollouts` scores
 autoregressive rollouts: a curve per metric over the predicted frames, its mean, the geometric mean of the
-nRMSE, The Well's window means, the correlation time, the physics diagnostics and the worst samples. Both
-take the NamedTuples of `dynaforge.evaluate.rollout`; a `Rollouts`' input frames are never read.
+nRMSE, The Well's window means, the correlation time, PDE-Refiner's per-sample high-correlation time, the
+physics diagnostics and the worst samples. Both take the NamedTuples of `dynaforge.evaluate.rollout`; a
+`Rollouts`' input frames are never read.
 """
 
 from __future__ import annotations
