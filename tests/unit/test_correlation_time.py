@@ -92,6 +92,9 @@ def test_a_constant_frame_is_undefined_and_ends_the_run() -> None:
     assert summary["steps"] == [2, 5] and summary["censored"] == [False, True]
     assert summary["undefined_frames"] == 1
     assert summary["time"] is None and summary["mean_time"] is None
+    prediction.requires_grad_(True)
+    pearson_per_sample_frame(prediction, truth).nan_to_num().sum().backward()
+    assert prediction.grad is not None and torch.isfinite(prediction.grad).all()
 
 
 def test_standard_error_matches_numpy() -> None:

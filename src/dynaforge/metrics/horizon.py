@@ -127,7 +127,7 @@ def pearson_per_sample_frame(
     p = p - p.mean(dim=2, keepdim=True)
     u = u - u.mean(dim=2, keepdim=True)
     covariance = (p * u).sum(dim=2)
-    scale = torch.sqrt(p.square().sum(dim=2) * u.square().sum(dim=2))
+    scale = root(p.square().sum(dim=2) * u.square().sum(dim=2))  # gradient 0, not NaN, at a constant frame
     defined = scale > 0
     return torch.where(defined, covariance / torch.where(defined, scale, 1.0), torch.nan)
 
