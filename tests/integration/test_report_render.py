@@ -3,6 +3,7 @@ binary), its HTML (title, training curves, no trajectory drawn twice) and its fi
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from matplotlib.figure import Figure
 from dynaforge.evaluate.plots import (
     FieldAxes,
     Panel,
+    high_correlation_figure,
     last_frame_figure,
     metric_curves_figure,
     snapshots_figure,
@@ -100,6 +102,33 @@ def test_report_html_has_training_curves_and_no_trajectory_twice(report: Path) -
     assert worst and samples
     assert not set(worst) & set(samples), (worst, samples)
     assert len(set(worst)) == len(worst) and len(set(samples)) == len(samples)
+
+
+def test_metrics_json_and_report_have_the_high_correlation_time(report: Path) -> None:
+    metrics = json.loads((report.parent / "metrics.json").read_text())
+    summary = metrics["high_correlation_time"]
+    samples, frames = metrics["test_samples"], metrics["rollout_frames"]
+    assert summary["threshold"] == 0.8 and summary["frames"] == frames
+    assert len(summary["steps"]) == len(summary["censored"]) == samples
+    assert all(0 <= s <= frames for s in summary["steps"])
+    assert summary["censored"] == [s == frames for s in summary["steps"]]
+    assert summary["mean_steps"] == sum(summary["steps"]) / samples
+    assert summary["mean_time"] == pytest.approx(summary["mean_steps"] * metrics["frame_dt"])
+    assert len(summary["mean_correlation"]) == frames
+    page = report.read_text()
+    assert "high-correlation time" in page
+    assert (report.parent / "correlation_vs_time.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_correlation_figure_is_against_time_with_the_threshold_line() -> None:
+    summary = {"frame_dt": 0.5, "threshold": 0.8, "mean_correlation": [0.99, 0.9, None, 0.6]}
+    figure = drawn(high_correlation_figure(summary))
+    axes = figure.axes[0]
+    curve, line = axes.lines
+    np.testing.assert_allclose(curve.get_xdata(), [0.5, 1.0, 1.5, 2.0])
+    assert np.isnan(curve.get_ydata()[2])
+    np.testing.assert_allclose(line.get_ydata(), [0.8, 0.8])
+    assert axes.get_xlabel() == "time after the last input frame"
 
 
 def drawn(figure: Figure) -> Figure:

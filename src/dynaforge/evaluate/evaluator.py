@@ -41,6 +41,7 @@ from dynaforge.evaluate.plots import (
     FieldAxes,
     Panel,
     error_vs_step_png,
+    high_correlation_png,
     last_frame_png,
     metric_curves_png,
     snapshots_png,
@@ -207,6 +208,7 @@ def evaluate(
         "rollout_per_frame": scores["curves"],
         "rollout_windows": scores["windows"],
         "correlation_time": scores["correlation_time"],
+        "high_correlation_time": scores["high_correlation_time"],
         "system": dataset.system,
         "conserved": scores["conserved"],
         "spectra": scores["spectra"],
@@ -459,6 +461,12 @@ def report_figures(
                 "Every metric against the rollout step (one panel per unit)",
                 "metrics_vs_step.png",
                 metric_curves_png(REPORT_PANELS, metrics["rollout_per_frame"], labels, metrics["frame_dt"]),
+            ),
+            (
+                "Pearson correlation with the truth (mean over test samples) against rollout time; the "
+                "high-correlation time of a sample ends where its correlation first falls below the line",
+                "correlation_vs_time.png",
+                high_correlation_png(metrics["high_correlation_time"]),
             ),
         ],
         "physics": [

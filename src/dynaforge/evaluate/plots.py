@@ -41,6 +41,32 @@ def error_vs_step_png(rollout_nrmse: Sequence[float], one_step_nrmse: float, fra
     return figure_to_png(figure)
 
 
+def high_correlation_figure(summary: Mapping[str, Any]) -> Figure:
+    """The correlation with the truth averaged over the test samples against rollout time (steps when the
+    frame interval is unknown), with the threshold of the high-correlation time."""
+    figure = Figure(figsize=(6, 4), layout="constrained")
+    axes = figure.add_subplot()
+    frame_dt = summary["frame_dt"]
+    curve = np.array([np.nan if v is None else v for v in summary["mean_correlation"]], dtype=np.float64)
+    steps = np.arange(1, len(curve) + 1)
+    axes.plot(
+        steps * frame_dt if frame_dt else steps, curve, marker="o", markersize=3, label="mean over samples"
+    )
+    axes.axhline(
+        summary["threshold"], color="gray", linestyle="--", label=f"threshold {summary['threshold']:g}"
+    )
+    axes.set_xlabel("time after the last input frame" if frame_dt else "rollout step")
+    axes.set_ylabel("Pearson correlation with the truth")
+    axes.set_title("Correlation against rollout time")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    return figure
+
+
+def high_correlation_png(summary: Mapping[str, Any]) -> bytes:
+    return figure_to_png(high_correlation_figure(summary))
+
+
 def label_rollout_axes(axes: Axes, frame_dt: float | None, title: str) -> None:
     """Integer rollout steps against nRMSE, gridded; the time since the rollout's start on top when
     `frame_dt` is known."""

@@ -75,11 +75,32 @@ def summary_table(metrics: Mapping[str, Any]) -> str:
             f"correlation time (correlation >= {timing['threshold']})",
             ("at least " if timing["censored"] else "") + when,
         ),
+        *high_correlation_rows(metrics.get("high_correlation_time")),
         ("test trajectories", metrics["test_samples"]),
         ("one-step windows", metrics["one_step_windows"]),
         ("checkpoint", f"{metrics['checkpoint']} (epoch {metrics['checkpoint_epoch']})"),
     ]
     return table(("quantity", "value"), rows)
+
+
+def high_correlation_rows(summary: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """PDE-Refiner's high-correlation time, mean ± standard error over the samples (none in metrics.json
+    written before it existed)."""
+    if summary is None:
+        return []
+    stderr = summary["stderr_steps"]
+    text = f"{summary['mean_steps']:.4g}" + (f" ± {stderr:.2g}" if stderr is not None else "") + " steps"
+    if summary["mean_time"] is not None:
+        stderr_time = summary["stderr_time"]
+        text += f" = {summary['mean_time']:.4g}" + (
+            f" ± {stderr_time:.2g}" if stderr_time is not None else ""
+        )
+        text += " time units"
+    censored = summary["censored_samples"]
+    if censored:
+        text += f" (a lower bound: {censored} of {len(summary['steps'])} samples stay above it to the end)"
+    label = f"high-correlation time (per-sample correlation >= {summary['threshold']}, mean ± s.e.)"
+    return [(label, text)]
 
 
 def metrics_table(metrics: Mapping[str, Any]) -> str:

@@ -2,8 +2,9 @@
 
 `score_predictions` scores one-step predictions (each window's predicted frames); `score_rollouts` scores
 autoregressive rollouts: a curve per metric over the predicted frames, its mean, the geometric mean of the
-nRMSE, The Well's window means, the correlation time, the physics diagnostics and the worst samples. Both
-take the NamedTuples of `dynaforge.evaluate.rollout`; a `Rollouts`' input frames are never read.
+nRMSE, The Well's window means, the correlation time, PDE-Refiner's per-sample high-correlation time, the
+physics diagnostics and the worst samples. Both take the NamedTuples of `dynaforge.evaluate.rollout`; a
+`Rollouts`' input frames are never read.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ from dynaforge.metrics.fields import (
 )
 from dynaforge.metrics.horizon import (
     CORRELATION_THRESHOLD,
+    HIGH_CORRELATION_THRESHOLD,
     correlation_per_frame,
     correlation_time,
     geometric_mean,
+    high_correlation_summary,
+    pearson_per_sample_frame,
     well_time_windows,
     window_means,
 )
@@ -116,6 +120,8 @@ class MetricSettings(NamedTuple):
     """PDEBench's iLow and iHigh."""
     correlation_threshold: float = CORRELATION_THRESHOLD
     """Correlation below which a rollout is considered decorrelated."""
+    high_correlation_threshold: float = HIGH_CORRELATION_THRESHOLD
+    """PDE-Refiner's threshold of the per-sample high-correlation time."""
     gmean_horizon: int | None = None
     """Predicted frames the geometric mean of the rollout nRMSE covers (None: all)."""
     frame_dt: float | None = None
@@ -163,6 +169,7 @@ def score_rollouts(rollouts: Rollouts, settings: MetricSettings) -> dict[str, An
         curves = frame_curves(predicted, truth, settings)
         per_sample = nrmse_per_sample(predicted, truth).mean(dim=(1, 2))  # (N,)
         spectra = {"truth": mean_spectrum(truth), "predicted": mean_spectrum(predicted)}
+        pearson = pearson_per_sample_frame(predicted, truth)  # (N, T)
     frames = predicted.shape[1]
     horizon = min(settings.gmean_horizon or frames, frames)
     windows = well_time_windows(frames)
@@ -175,6 +182,7 @@ def score_rollouts(rollouts: Rollouts, settings: MetricSettings) -> dict[str, An
         "gmean_horizon": horizon,
         "windows": {name: window_means(curves[name], windows) for name in WINDOWED if name in curves},
         "correlation_time": timing._asdict(),
+        "high_correlation_time": high_correlation_time(pearson, settings),
         "conserved": list(conserved_quantities(settings.system)),
         "spectra": {
             "frames": [0, frames // 2, frames - 1],
@@ -184,3 +192,12 @@ def score_rollouts(rollouts: Rollouts, settings: MetricSettings) -> dict[str, An
         "sample_nrmse": [float(v) for v in per_sample],
         "worst_samples": [{"index": int(i), "nrmse": float(per_sample[i])} for i in worst],
     }
+
+
+def high_correlation_time(pearson: Tensor, settings: MetricSettings) -> dict[str, Any]:
+    """PDE-Refiner's high-correlation time per sample with its mean ± standard error, and the mean
+    correlation per predicted frame over the samples where it is defined (None where it is nowhere)."""
+    summary = high_correlation_summary(pearson, settings.high_correlation_threshold, settings.frame_dt)
+    curve = pearson.nanmean(dim=0)
+    summary["mean_correlation"] = [None if torch.isnan(v) else float(v) for v in curve]
+    return summary

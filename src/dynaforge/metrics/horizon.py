@@ -10,17 +10,21 @@ Sources:
 - Correlation time: Kochkov et al. (PNAS 2021, "Machine learning-accelerated computational fluid
   dynamics", Fig. 2), the time until the correlation of the prediction with the truth drops below a
   threshold (0.95 there).
+- High-correlation time: PDE-Refiner (Lippe et al., NeurIPS 2023, Sec. 4.1 and App. D): per test trajectory,
+  the Pearson correlation of prediction and truth over every grid point (and channel) of a step, and the
+  time until it first falls below 0.8; reported as the mean over trajectories.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from dynaforge.errors import ConfigError
@@ -30,6 +34,8 @@ WELL_TIME_INTERVALS = 5
 """The Well trainer's default `num_time_intervals`."""
 CORRELATION_THRESHOLD = 0.95
 """Kochkov et al.'s threshold for the "high correlation" duration."""
+HIGH_CORRELATION_THRESHOLD = 0.8
+"""PDE-Refiner's threshold for the high-correlation time."""
 
 
 def geometric_mean(curve: Float[Tensor, " frames"], horizon: int | None = None) -> float:
@@ -103,3 +109,82 @@ def correlation_time(
         censored=len(below) == 0,
         threshold=threshold,
     )
+
+
+def pearson_per_sample_frame(
+    prediction: Float[Tensor, "batch frames channels *space"],
+    truth: Float[Tensor, "batch frames channels *space"],
+) -> Float[Tensor, "batch frames"]:
+    """Pearson correlation of prediction and truth per sample and frame, over every grid point and channel of
+    the frame together (PDE-Refiner's definition; `correlation_per_frame` instead takes each channel apart).
+
+    Undefined (NaN) where either field is constant over the frame (zero variance): a constant prediction
+    carries no pattern to correlate, and `high_correlation_steps` counts such a frame as decorrelated.
+    """
+    check_same_shape(prediction, truth)
+    p = widen(prediction).flatten(start_dim=2)  # (B, T, C * space)
+    u = widen(truth).flatten(start_dim=2)
+    p = p - p.mean(dim=2, keepdim=True)
+    u = u - u.mean(dim=2, keepdim=True)
+    covariance = (p * u).sum(dim=2)
+    scale = root(p.square().sum(dim=2) * u.square().sum(dim=2))  # gradient 0, not NaN, at a constant frame
+    defined = scale > 0
+    return torch.where(defined, covariance / torch.where(defined, scale, 1.0), torch.nan)
+
+
+class HighCorrelationSteps(NamedTuple):
+    """Per sample, how many predicted frames stay correlated with the truth."""
+
+    steps: Int[Tensor, " batch"]
+    """Predicted frames, from the first, whose correlation is at least the threshold."""
+    censored: Bool[Tensor, " batch"]
+    """True where the correlation never fell below the threshold within the rollout: the sample's true
+    high-correlation time is at least `steps` (the rollout's length), not equal to it."""
+
+
+def high_correlation_steps(
+    correlation: Float[Tensor, "batch frames"], threshold: float = HIGH_CORRELATION_THRESHOLD
+) -> HighCorrelationSteps:
+    """Leading frames whose correlation is >= `threshold`, per sample. An undefined (NaN) correlation ends
+    the run like one below the threshold."""
+    kept = widen(correlation) >= threshold  # NaN compares False
+    steps = kept.to(torch.int64).cumprod(dim=1).sum(dim=1)
+    return HighCorrelationSteps(steps=steps, censored=steps == correlation.shape[1])
+
+
+def mean_and_stderr(values: Sequence[float] | Sequence[int]) -> tuple[float, float | None]:
+    """Mean and its standard error, std (with Bessel's correction) / sqrt(n); None for one value."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.size == 0:
+        raise ConfigError("the mean needs at least one value")
+    if array.size == 1:
+        return float(array[0]), None
+    return float(array.mean()), float(array.std(ddof=1) / math.sqrt(array.size))
+
+
+def high_correlation_summary(
+    correlation: Float[Tensor, "batch frames"],
+    threshold: float = HIGH_CORRELATION_THRESHOLD,
+    frame_dt: float | None = None,
+) -> dict[str, Any]:
+    """The high-correlation time per sample and as mean ± standard error, in steps and (when `frame_dt`, the
+    time between predicted frames, is known) in time units; JSON-ready. When any sample is censored, the
+    means are lower bounds (`censored_samples` says how many)."""
+    run = high_correlation_steps(correlation, threshold)
+    steps = [int(v) for v in run.steps]
+    mean_steps, stderr_steps = mean_and_stderr(steps)
+    scale = frame_dt if frame_dt is not None else math.nan
+    return {
+        "threshold": threshold,
+        "frame_dt": frame_dt,
+        "frames": int(correlation.shape[1]),
+        "steps": steps,
+        "time": [s * frame_dt for s in steps] if frame_dt is not None else None,
+        "censored": [bool(v) for v in run.censored],
+        "censored_samples": int(run.censored.sum()),
+        "undefined_frames": int(torch.isnan(correlation).sum()),
+        "mean_steps": mean_steps,
+        "stderr_steps": stderr_steps,
+        "mean_time": mean_steps * scale if frame_dt is not None else None,
+        "stderr_time": stderr_steps * scale if frame_dt is not None and stderr_steps is not None else None,
+    }
