@@ -8,6 +8,8 @@ becomes 0); the model time step is `stride` times the stored frame spacing.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -17,8 +19,11 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from dynaforge.data.normalize import MIN_STD, Normalizer
-from dynaforge.data.windows import WindowDataset
-from dynaforge.errors import ConfigError, DatasetError
+from dynaforge.data.windows import MemoryTrajectories, WindowDataset
+from dynaforge.errors import ConfigError, DatasetError, RunError
+from dynaforge.store import DatasetFolder
+from dynaforge.store.format import SplitArrays
+from dynaforge.store.layout import fields_from_disk
 
 
 class StageWindow(NamedTuple):
@@ -120,3 +125,46 @@ def evenly_spaced(size: int, count: int) -> list[int]:
     if size <= count:
         return list(range(size))
     return np.linspace(0, size - 1, count).round().astype(int).tolist()
+
+
+@dataclass
+class StageData:
+    """A dataset folder's splits (read once), with the statistics every stage normalises with."""
+
+    root: Path
+    stride: int
+    splits: dict[str, SplitArrays] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.folder = DatasetFolder(self.root)
+        self.normalizer = Normalizer.from_stats(self.folder.stats)
+        train = self.split("train")
+        self.parameters = ParameterNormalizer.from_params(train.params)
+        self.dt = model_time_step(train.time, self.stride)
+
+    def split(self, name: str) -> SplitArrays:
+        if name not in self.splits:
+            if self.folder.split_size(name) == 0:
+                raise RunError(
+                    f"the {name} split of {self.root} is empty; generate it with dataset.n_{name} > 0"
+                )
+            self.splits[name] = self.folder.read_split(name)
+        return self.splits[name]
+
+    @property
+    def n_parameters(self) -> int:
+        return len(self.parameters.mean)
+
+    def windows(self, split: str, history: int, targets: int) -> ConditionedWindows:
+        arrays = self.split(split)
+        frames = MemoryTrajectories.normalized(fields_from_disk(arrays.fields), self.normalizer)
+        windows = WindowDataset(frames, history, targets, self.stride)
+        return ConditionedWindows(windows, self.parameters.normalize(arrays.params), self.dt)
+
+    def max_targets(self, history: int) -> int:
+        """Frames predictable after `history` input frames in one stored trajectory."""
+        frames = self.split("val").fields.shape[1]
+        return len(range(0, frames, self.stride)) - history
+
+    def extras(self) -> dict[str, Any]:
+        return {"parameter_normalization": self.parameters.to_dict(), "dt": self.dt}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -22,10 +23,10 @@ def make_loader(
     shuffle: bool,
     seed: int = 0,
     drop_last: bool = False,
-    sampler: Sampler[int] | None = None,
+    sampler: Sampler[int] | Sequence[int] | None = None,
 ) -> DataLoader:
     """A DataLoader for `dataset`: shuffled with its own seeded generator (the global RNG is untouched),
-    or in the order of `sampler` (then `shuffle` must be False).
+    or in the order of `sampler`, a sampler or a sequence of indices (then `shuffle` must be False).
 
     Pinned memory only helps copies to a GPU, so `pin_memory: null` pins exactly when training on CUDA.
     Workers start with `config.start_method` (forkserver by default; fork is unsafe with threads and CUDA)

@@ -129,16 +129,3 @@ class EpochOrder(Sampler[int]):
 
     def __len__(self) -> int:
         return max(self.num_samples - self.skip, 0)
-
-
-class ShardSampler(Sampler[int]):
-    """Positions rank, rank + W, ... of 0..n-1, in order, no padding (for validation: sums are reduced)."""
-
-    def __init__(self, size: int, rank: int = 0, world_size: int = 1) -> None:
-        self.indices = range(rank, size, world_size)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)

@@ -23,7 +23,7 @@ from dynaforge.data.identity import DataIdentity, check_config_matches_data, dat
 from dynaforge.data.lazy import LazyTrajectories
 from dynaforge.data.loader import make_loader
 from dynaforge.data.normalize import Normalizer
-from dynaforge.data.order import EpochOrder, ShardSampler
+from dynaforge.data.order import EpochOrder
 from dynaforge.data.stream import generated_val, stream_identity, stream_normalizer, streamed_windows
 from dynaforge.data.windows import MemoryTrajectories, TrajectorySource, WindowDataset
 from dynaforge.errors import DATA, ConfigError, RunError
@@ -138,9 +138,8 @@ def window_sources(
     # The stream's generator thread lives in this process and may hand over tensors on a GPU (not pinnable).
     train_data = dataclasses.replace(data, num_workers=0, pin_memory=False) if streaming else data
     train_loader = make_loader(train, train_data, device, shuffle=False, sampler=order, drop_last=drop_last)
-    val_loader = make_loader(
-        val, data, device, shuffle=False, sampler=ShardSampler(len(val), rank, world_size)
-    )
+    # Validation: positions rank, rank + W, ... in order, unpadded (the ranks' sums are reduced).
+    val_loader = make_loader(val, data, device, shuffle=False, sampler=range(rank, len(val), world_size))
     loaded, advice = loading_measure(
         "stream" if streaming else "lazy" if lazily else "memory", data.num_workers
     )

@@ -35,7 +35,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -54,14 +54,10 @@ from dynaforge.config import (
     save_config,
 )
 from dynaforge.data.conditioned import (
-    ConditionedWindows,
     LongTimeStates,
-    ParameterNormalizer,
+    StageData,
     evenly_spaced,
-    model_time_step,
 )
-from dynaforge.data.normalize import Normalizer
-from dynaforge.data.windows import MemoryTrajectories, WindowDataset
 from dynaforge.errors import RunError
 from dynaforge.metrics.ensemble import energy_score
 from dynaforge.metrics.fields import nrmse_per_sample
@@ -72,7 +68,6 @@ from dynaforge.models.latent_stack import Corrector, conditioned_rollout
 from dynaforge.models.loading import model_from_checkpoint
 from dynaforge.runs import check_same_run, load_checkpoint, run_folder
 from dynaforge.store import DatasetFolder
-from dynaforge.store.format import SplitArrays
 from dynaforge.store.layout import fields_from_disk
 from dynaforge.train.engine import Engine, TrainSummary
 from dynaforge.train.losses import distillation_loss, flow_matching_loss, log_spectrum_loss, mse_loss
@@ -84,52 +79,6 @@ log = logging.getLogger(__name__)
 STATUS_FILE = "stages.json"
 RESIDUAL_SCALE_WINDOWS = 1024
 """Training windows the residual's standard deviation is measured on."""
-
-
-# ---- data shared by the stages ---------------------------------------------------------------------
-
-
-@dataclass
-class StageData:
-    """A dataset folder's splits (read once), with the statistics every stage normalises with."""
-
-    root: Path
-    stride: int
-    splits: dict[str, SplitArrays] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.folder = DatasetFolder(self.root)
-        self.normalizer = Normalizer.from_stats(self.folder.stats)
-        train = self.split("train")
-        self.parameters = ParameterNormalizer.from_params(train.params)
-        self.dt = model_time_step(train.time, self.stride)
-
-    def split(self, name: str) -> SplitArrays:
-        if name not in self.splits:
-            if self.folder.split_size(name) == 0:
-                raise RunError(
-                    f"the {name} split of {self.root} is empty; generate it with dataset.n_{name} > 0"
-                )
-            self.splits[name] = self.folder.read_split(name)
-        return self.splits[name]
-
-    @property
-    def n_parameters(self) -> int:
-        return len(self.parameters.mean)
-
-    def windows(self, split: str, history: int, targets: int) -> ConditionedWindows:
-        arrays = self.split(split)
-        frames = MemoryTrajectories.normalized(fields_from_disk(arrays.fields), self.normalizer)
-        windows = WindowDataset(frames, history, targets, self.stride)
-        return ConditionedWindows(windows, self.parameters.normalize(arrays.params), self.dt)
-
-    def max_targets(self, history: int) -> int:
-        """Frames predictable after `history` input frames in one stored trajectory."""
-        frames = self.split("val").fields.shape[1]
-        return len(range(0, frames, self.stride)) - history
-
-    def extras(self) -> dict[str, Any]:
-        return {"parameter_normalization": self.parameters.to_dict(), "dt": self.dt}
 
 
 def collate(dataset: Dataset, indices: list[int], device: torch.device) -> tuple[Tensor, ...]:
