@@ -50,8 +50,9 @@ def test_run_writes_every_artifact(tiny_root: Path, capsys: pytest.CaptureFixtur
     assert all(0 < v < 10 for v in metrics["rollout_nrmse"])
     report = (run / "eval" / "report.html").read_text()
     figures = sorted(p.name for p in (run / "eval").glob("*.png"))
-    assert len(figures) == 8 and {"metrics_vs_step.png", "spectra.png", "worst_1.png"} <= set(figures)
-    assert report.count("data:image/png;base64,") == 8  # embedded: the page works offline
+    expected = {"metrics_vs_step.png", "spectra.png", "worst_1.png", "correlation_vs_time.png"}
+    assert len(figures) == 9 and expected <= set(figures)
+    assert report.count("data:image/png;base64,") == 9  # embedded: the page works offline
     assert "one-step nRMSE" in report and "viscosity" in report  # metrics and config are shown
     for section in ("All metrics", "Error against rollout step", "Physics diagnostics", "Worst test samples"):
         assert section in report
