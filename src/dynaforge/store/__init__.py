@@ -33,4 +33,6 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *LAZY])
 
 
-__all__ = ["DatasetError", "DatasetFolder", "SplitArrays", "TrajectoryReader", "validate_dataset"]
+# The lazy names stay out of `__all__`: they are documented in their own modules (`reader`, `validate`), and
+# the API reference (pdoc) resolves `__all__` by importing, which a module `__getattr__` does not serve.
+__all__ = ["DatasetError", "SplitArrays"]
