@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from dynaforge.store.format import DatasetError, SplitArrays
 
 if TYPE_CHECKING:  # what type checkers see; at run time `__getattr__` loads them
-    from dynaforge.store.reader import DatasetFolder, TrajectoryReader
-    from dynaforge.store.validate import validate_dataset
+    from dynaforge.store.reader import DatasetFolder as DatasetFolder
+    from dynaforge.store.reader import TrajectoryReader as TrajectoryReader
+    from dynaforge.store.validate import validate_dataset as validate_dataset
 
 LAZY = {
     "DatasetFolder": "dynaforge.store.reader",
