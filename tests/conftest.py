@@ -13,6 +13,15 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
+RANDOM_CNN_TINY = [
+    "system.name=random_cnn",
+    "system.resolution=16",
+    "system.steps=4",
+    "system.space.depth.high=2",
+    "system.space.width_cap.choices={'32': 1.0}",
+    "system.compile=false",
+]
+"""Overrides that make random CNN operators small enough for a test (no preset of their own)."""
 
 
 def run_cli(

@@ -16,7 +16,7 @@ from dynaforge.config import Config, load_config
 from dynaforge.generate import generate
 from dynaforge.seeds import SPLITS
 
-from ..conftest import CONFIGS
+from ..conftest import CONFIGS, RANDOM_CNN_TINY
 
 FAMILIES = {
     "burgers_1d": (CONFIGS / "tiny.yaml", ["system.resolution=100"]),
@@ -26,15 +26,7 @@ FAMILIES = {
     ),  # 24 x 24 hid the FFT batch dependence
     "random_cnn": (
         None,
-        [
-            "system.name=random_cnn",
-            "system.resolution=16",
-            "system.steps=4",
-            "system.space.depth.high=2",
-            "system.space.width_cap.choices={'32': 1.0}",
-            "system.compile=false",
-            "system.features=true",
-        ],
+        [*RANDOM_CNN_TINY, "system.features=true"],
     ),
     # 40 steps of the adaptive control (the preset's 100 took 33 s of the suite for the same check)
     "nbody": (

@@ -28,7 +28,7 @@ from dynaforge.store.layout import fields_from_disk, fields_to_disk
 from dynaforge.store.writer import shard_is_complete, update_manifest
 from dynaforge.systems import build_system
 
-from ..conftest import CONFIGS
+from ..conftest import CONFIGS, RANDOM_CNN_TINY
 
 DEVICES = [
     "cpu",
@@ -39,14 +39,7 @@ SYSTEMS = {
     "nbody": (CONFIGS / "nbody_tiny.yaml", []),
     "random_cnn": (
         None,
-        [
-            "system.name=random_cnn",
-            "system.resolution=16",
-            "system.steps=4",
-            "system.space.depth.high=2",
-            "system.space.width_cap.choices={'32': 1.0}",
-            "system.compile=false",
-        ],
+        RANDOM_CNN_TINY,
     ),
 }
 
