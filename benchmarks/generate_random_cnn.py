@@ -38,6 +38,12 @@ projection uses CPU time per operator-step (one quiet core); the wall-time proje
     python benchmarks/generate_random_cnn.py                 # full case (~15 min on 2 busy cores)
     python benchmarks/generate_random_cnn.py --threads 1     # steadier on a loaded machine
     python benchmarks/generate_random_cnn.py --quick         # smoke run (`make bench-smoke`)
+    python benchmarks/generate_random_cnn.py --device cuda --out results/generate_random_cnn.h200.json
+
+`--device cuda` times the same operators on a GPU instead (`run_on_device`): the straightforward loop there
+(the definition, `reference_rollout`, with the module and state on the GPU, one operator at a time) against
+`generate_operators` on the GPU (operators grouped by architecture, `precision: auto`), in wall time with
+the device synchronised, and the GPU's own convolution peak in the engine's precision.
 
 `--quick` runs every engine and baseline at 2 operators, 8 steps, 32x32; not a figure: it writes to a
 temporary folder (smoke.quick_path) unless --out is given.
@@ -230,6 +236,123 @@ def inductor_cache_counts() -> tuple[int, int]:
     from torch._dynamo.utils import counters
 
     return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+
+
+def gpu_seconds(run: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float]:
+    """(result, wall seconds with the device synchronised before and after)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
+    sync()
+    start = time.perf_counter()
+    result = run()
+    sync()
+    return result, time.perf_counter() - start
+
+
+def gpu_conv_peak(dtype: torch.dtype, device: torch.device) -> float:
+    """TFLOP/s of a large 3x3 channels-last convolution in `dtype` on the GPU (256x128x64x64, 128->128),
+    best of 5 timings of 20 calls."""
+    b = 256 if device.type == "cuda" else 2  # (2 on a CPU: the code path only)
+    x = torch.randn(b, 128, 64, 64, device=device).to(dtype).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(128, 128, 3, 3, device=device).to(dtype).contiguous(memory_format=torch.channels_last)
+    flops = 2 * b * 128 * 128 * 9 * 64 * 64 * 20
+    with torch.inference_mode():
+        F.conv2d(x, w, padding=1)
+        best = min(
+            gpu_seconds(lambda: [F.conv2d(x, w, padding=1) for _ in range(20)][-1])[1] for _ in range(5)
+        )
+    return flops / best / 1e12
+
+
+def run_on_device(args: argparse.Namespace, device: torch.device) -> list[dict]:
+    """The same operators on a GPU: the straightforward loop on the GPU against `generate_operators` there."""
+    overrides = [
+        "system.name=random_cnn",
+        f"system.resolution={args.resolution}",
+        f"system.steps={args.steps}",
+        f"system.realizations={args.realizations}",
+        f"system.channels={args.channels}",
+        f"system.max_group={args.max_group}",
+        *(FEW_ARCHITECTURES if args.space == "few-architectures" else []),
+    ]
+    system = build_system(load_config(None, overrides).system)
+    assert isinstance(system, RandomCNNSystem)
+    n, m = args.operators, args.realizations
+
+    def batch() -> OperatorBatch:  # fresh noise generators each time: every run sees the same noise
+        return system.build_operators("train", 0, n, args.seed)[0]
+
+    def loop() -> torch.Tensor:
+        out = []
+        b = batch()
+        with torch.inference_mode():
+            for k, op in enumerate(b.ops):
+                module = RandomCNN(architecture_of(op, system.channels), b.layers[k]).to(device)
+                out.append(
+                    reference_rollout(module, op, b.initial[k].to(device), b.generators[k], args.steps)
+                )
+        return torch.stack(out)
+
+    archs = [architecture_of(op, args.channels) for op in batch().ops]
+    flops = sum(conv_flops(a, args.resolution**2, m) for a in archs) * args.steps
+    dtype = conv_dtype(system.config, device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine()
+    _, first = gpu_seconds(lambda: generate_operators(batch(), system.config, device))  # compiles, warms up
+    gpu_seconds(loop)
+    walls: dict[str, list[float]] = {"baseline": [], "dynaforge": []}
+    outputs: dict[str, torch.Tensor] = {}
+    for round_ in range(args.repeats):
+        outputs["baseline"], wall = gpu_seconds(loop)
+        walls["baseline"].append(wall)
+        outputs["dynaforge"], wall = gpu_seconds(lambda: generate_operators(batch(), system.config, device))
+        walls["dynaforge"].append(wall)
+        print(
+            f"round {round_ + 1}: loop {walls['baseline'][-1]:.2f} s, dynaforge {walls['dynaforge'][-1]:.2f} s"
+        )
+    wall = {key: statistics.median(t) for key, t in walls.items()}
+    horizon = min(args.steps, HORIZON)
+    step1 = relative_difference(outputs["dynaforge"][:, :, 1:2].cpu(), outputs["baseline"][:, :, 1:2].cpu())
+    at_horizon = relative_difference(
+        outputs["dynaforge"][:, :, horizon : horizon + 1].cpu(),
+        outputs["baseline"][:, :, horizon : horizon + 1].cpu(),
+    )
+    peak = gpu_conv_peak(dtype, device)
+    sustained = flops / wall["dynaforge"] / 1e12
+    ratio = wall["baseline"] / wall["dynaforge"]
+    case = (
+        f"random_cnn {n} ops x {m} real x {args.steps} steps {args.resolution}^2 C={args.channels} on {name}"
+    )
+    notes = (
+        f"{name}, torch {torch.__version__}, CUDA {torch.version.cuda}, {os.cpu_count()} CPU cores; medians of {args.repeats} interleaved "
+        f"rounds, wall time with the device synchronised; engine precision {PRECISION_NAMES[dtype]}; first call "
+        f"(compilation, excluded) {first:.1f} s; noise drawn by the CPU generators in both (the same noise as on "
+        f"the CPU); engine vs loop rel. max diff {step1:.1e} after 1 step, {at_horizon:.1e} after {horizon}"
+    )
+    print(
+        f"{case}: loop {wall['baseline']:.2f} s, dynaforge {wall['dynaforge']:.2f} s: {ratio:.2f}x; "
+        f"{sustained:.1f} TFLOP/s of convolutions = {sustained / peak:.1%} of the {PRECISION_NAMES[dtype]} "
+        f"peak {peak:.0f} TFLOP/s"
+    )
+    return [
+        {
+            "case": case,
+            "baseline": "straightforward loop on the same GPU (one operator at a time, eager fp32, realizations "
+            "batched)",
+            "metric": "operator-steps/s",
+            "dynaforge": n * args.steps / wall["dynaforge"],
+            "baseline_value": n * args.steps / wall["baseline"],
+            "ratio": ratio,
+            "notes": notes,
+        },
+        {
+            "case": case,
+            "baseline": f"{PRECISION_NAMES[dtype]} channels-last 3x3 conv peak of the GPU measured in this run",
+            "metric": "TFLOP/s of convolutions",
+            "dynaforge": sustained,
+            "baseline_value": peak,
+            "ratio": sustained / peak,
+            "notes": f"{notes}; ratio = fraction of the GPU's convolution peak sustained by generation",
+        },
+    ]
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -512,6 +635,9 @@ def main() -> None:
     parser.add_argument("--append", action="store_true", help="add the records to the results file")
     parser.add_argument("--peak-repeats", type=int, default=5)
     parser.add_argument(
+        "--device", default="cpu", help="cpu (the full study above) or cuda (`run_on_device`)"
+    )
+    parser.add_argument(
         "--project-operators",
         type=int,
         default=4,
@@ -529,7 +655,7 @@ def main() -> None:
         args.operators, args.steps, args.resolution, args.peak_repeats, args.repeats = 2, 8, 32, 2, 1
         args.project_operators = 0
     out = args.out or (quick_path(RESULTS) if args.quick else RESULTS)
-    records = run(args)
+    records = run(args) if args.device == "cpu" else run_on_device(args, torch.device(args.device))
     if args.quick:
         print(json.dumps(records, indent=2))
     if args.append and out.exists():

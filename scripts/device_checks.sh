@@ -13,11 +13,11 @@
 # omegaconf==2.4.0 beartype==0.23.1 exponax==0.2.0 neuraloperator==2.0.0 tensorly==0.10.0 tensorly-torch==0.5.0
 # configmypy==0.2.0 ruamel.yaml==0.19.1 zencfg==1.0.0 (.whl/ is listed in .git/info/exclude).
 #
-#   OUT=/tmp/out bash scripts/device_checks.sh [tests,torchrun,same,generate,train]
+#   OUT=/tmp/out bash scripts/device_checks.sh [tests,torchrun,same,randomcnn,generate,train]
 # (GENERATE_SECONDS and TRAIN_SECONDS cap those two parts; each part writes what it finished.)
 set -u
 OUT=${OUT:-device-out}
-PARTS=${1:-tests,torchrun,same,generate,train}
+PARTS=${1:-tests,torchrun,same,randomcnn,generate,train}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -38,7 +38,8 @@ if part tests; then
   echo "== CUDA tests"
   timeout 150 python3 -m pytest -p no:cacheprovider -q -rs \
     tests/integration/test_cuda_paths.py tests/integration/test_two_phase_cuda.py \
-    tests/integration/test_rollout_cuda_graph.py tests/unit/test_generation_device.py tests/unit/test_capture.py 2>&1 | tee -a "$OUT/tests.log" | tail -30
+    tests/integration/test_rollout_cuda_graph.py tests/unit/test_generation_device.py tests/unit/test_capture.py \
+    tests/integration/test_store_layout.py tests/unit/test_precision_ema_checkpoint.py 2>&1 | tee -a "$OUT/tests.log" | tail -30
 fi
 
 if part torchrun; then
@@ -76,6 +77,14 @@ for name, extra in [("burgers", ["system.resolution=256"]), ("ks", []), ("navier
     rel = ((full - cpu).abs().max() / cpu.abs().max()).item()
     print(f"{name}: batch 300 vs 1+7+292 on the GPU identical: {same}; max |GPU - CPU| / max |CPU| = {rel:.2e}; block {system.block_samples(torch.device('cuda'))}")
 PY
+fi
+
+if part randomcnn; then
+  echo "== random CNN on the GPU against the straightforward loop on the same GPU"
+  # Two architectures (few-architectures space): the fused engine compiles once per architecture.
+  timeout "${RANDOM_CNN_SECONDS:-180}" python3 benchmarks/generate_random_cnn.py --device cuda --space few-architectures \
+    --operators 64 --steps 64 --resolution 128 --repeats 3 --out "$OUT/generate_random_cnn.gpu.json" 2>&1 \
+    | tee "$OUT/random_cnn.log" | tail -8
 fi
 
 if part generate; then

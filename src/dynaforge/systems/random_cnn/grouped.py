@@ -155,12 +155,17 @@ def grouped_rollout(
             # The caller's own buffer (generate passes one it sized): a bug if hit.
             raise ValueError(f"out must hold {k} trajectories of shape {(m, n_frames, c, *space)}")
         noise = torch.empty((k, m, c, *space), dtype=torch.float32, device=device)
-        x = initial.to(torch.float32)[:, None].expand(k, m, c, *space).contiguous()
+        # The noise generators are the CPU's (the same noise on every device): off the CPU the noise is drawn
+        # into a host buffer and copied over, a blocking copy (the buffer is refilled the next step).
+        drawn = noise if device.type == "cpu" else torch.empty(noise.shape, dtype=torch.float32)
+        x = initial.to(device=device, dtype=torch.float32)[:, None].expand(k, m, c, *space).contiguous()
         save_frame(trajectories, x, 0)
         for n in range(1, steps + 1):
             for op in range(k):
                 for r in range(m):
-                    torch.randn((c, *space), generator=generators[op][r], out=noise[op, r])
+                    torch.randn((c, *space), generator=generators[op][r], out=drawn[op, r])
+            if drawn is not noise:
+                noise.copy_(drawn)
             x = group.step(x, noise)
             if n % save_every == 0:
                 save_frame(trajectories, x, n // save_every)

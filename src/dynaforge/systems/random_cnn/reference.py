@@ -64,7 +64,7 @@ def reference_rollout(
         for n in range(1, steps + 1):
             noise = torch.stack(
                 [torch.randn(initial.shape, generator=g, dtype=torch.float32) for g in generators]
-            ).to(dtype)
+            ).to(device=x.device, dtype=dtype)
             x = p * x + q * (module(x) + op.noise_scale * noise)
             if n % save_every == 0:
                 frames.append(x)
