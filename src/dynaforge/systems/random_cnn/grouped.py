@@ -5,6 +5,7 @@ grouped to a memory budget on a GPU)."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -155,23 +156,61 @@ def grouped_rollout(
             # The caller's own buffer (generate passes one it sized): a bug if hit.
             raise ValueError(f"out must hold {k} trajectories of shape {(m, n_frames, c, *space)}")
         noise = torch.empty((k, m, c, *space), dtype=torch.float32, device=device)
-        # The noise generators are the CPU's (the same noise on every device): off the CPU the noise is drawn
-        # into a host buffer and copied over, a blocking copy (the buffer is refilled the next step).
-        drawn = noise if device.type == "cpu" else torch.empty(noise.shape, dtype=torch.float32)
+        draw = NoiseDraws(generators, noise)
         x = initial.to(device=device, dtype=torch.float32)[:, None].expand(k, m, c, *space).contiguous()
         save_frame(trajectories, x, 0)
         for n in range(1, steps + 1):
-            for op in range(k):
-                for r in range(m):
-                    torch.randn((c, *space), generator=generators[op][r], out=drawn[op, r])
-            if drawn is not noise:
-                noise.copy_(drawn)
+            draw.next_into_noise()
             x = group.step(x, noise)
             if n % save_every == 0:
                 save_frame(trajectories, x, n // save_every)
             if on_step is not None:
                 on_step(k * m)
     return buffer if buffer is not None else out
+
+
+class NoiseDraws:
+    """Each step's noise from the CPU generators (the same noise on every device), one generator per
+    (operator, realization): drawn in place on the CPU; for a GPU, drawn on all the process's threads (one
+    generator per piece: the same values whatever the thread count) into one of two pinned host buffers and
+    copied over asynchronously, so the CPU draws step n + 1 while the GPU runs step n (measured on an H200,
+    64 operators x 3 realizations x 128^2: drawing on one thread into a pageable buffer bounded generation,
+    1.37x the straightforward loop at 0.7 % of the convolution peak)."""
+
+    def __init__(self, generators: Sequence[Sequence[torch.Generator]], noise: Tensor) -> None:
+        self.generators, self.noise = generators, noise
+        self.pairs = [(op, r) for op in range(len(generators)) for r in range(len(generators[op]))]
+        self.cuda = noise.device.type == "cuda"
+        count = 1 if noise.device.type == "cpu" else 2
+        self.hosts = [
+            noise if count == 1 else torch.empty(noise.shape, dtype=noise.dtype, pin_memory=self.cuda)
+            for _ in range(count)
+        ]
+        self.copied: list[Any] = [None] * count  # CUDA events: a host buffer's last copy has finished
+        self.step = 0
+
+    def next_into_noise(self) -> None:
+        """Draw the next step's noise and put it into `noise` (in stream order on a GPU)."""
+        j = self.step % len(self.hosts)
+        self.step += 1
+        host = self.hosts[j]
+        if host is self.noise:  # on the CPU: in place, on the calling thread, in a fixed order
+            for op, r in self.pairs:
+                torch.randn(host.shape[2:], generator=self.generators[op][r], out=host[op, r])
+            return
+        if self.copied[j] is not None:
+            self.copied[j].synchronize()  # the copy from this buffer two steps ago has been read
+        run_pieces(
+            lambda pair: torch.randn(
+                host.shape[2:], generator=self.generators[pair[0]][pair[1]], out=host[pair]
+            ),
+            self.pairs,
+            workers=os.cpu_count() or 1,
+        )
+        self.noise.copy_(host, non_blocking=self.cuda)
+        if self.cuda:
+            self.copied[j] = torch.cuda.Event()
+            self.copied[j].record()
 
 
 def save_frame(trajectories: Sequence[Tensor], x: Tensor, index: int) -> None:
