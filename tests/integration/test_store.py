@@ -254,3 +254,20 @@ def test_the_first_samples_of_a_split_are_read_alone(tiny_data: Path) -> None:
         np.testing.assert_array_equal(values, whole.coords[axis][:5])
     with pytest.raises(DatasetError, match="9 samples asked of split 'train'"):
         dataset.read_split("train", 9)
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tiny_data: Path) -> None:
+    """`dynaforge verify DIR --json | head -c 100`: the reader is gone before the output; the command ends
+    quietly (the read end of the pipe is closed before it starts, so its first write fails for sure)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; from dynaforge.cli import main; sys.exit(main())",
+             "verify", str(tiny_data), "--samples", "all", "--json"],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "error" not in done.stderr, done.stderr
+    assert done.returncode == 0

@@ -49,6 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # it names are this face's flags.
         print(f"error: {message_for(error, 'cli')}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader of stdout stopped early (`dynaforge inspect DIR --json | head`): nothing is wrong and
+        # nothing is left to say. stdout goes to /dev/null so that the interpreter's last flush stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(
             f"error: interrupted (Ctrl-C) during `dynaforge {args.verb}`; what it had written whole is kept: "
