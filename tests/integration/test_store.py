@@ -271,3 +271,17 @@ def test_a_reader_that_stops_early_gets_no_traceback(tiny_data: Path) -> None:
         os.close(write)
     assert "Traceback" not in done.stderr and "error" not in done.stderr, done.stderr
     assert done.returncode == 0
+
+
+@pytest.mark.reproducibility
+def test_worker_processes_make_the_same_dataset_as_one_process(tmp_path: Path) -> None:
+    """`generate --processes 2`: two spawned workers share the shards; the arrays are those of one process,
+    and so is each sample's checksum in the manifest."""
+    config = tiny("dataset.shard_size=4")
+    two = generate(config, tmp_path / "two", progress=False, processes=2)
+    one = generate(config, tmp_path / "one", progress=False)
+    assert two["complete"] and one["complete"]
+    assert_same_arrays(read_all(tmp_path / "two"), read_all(tmp_path / "one"))
+    assert [s["sample_sha256"] for s in two["shards"]] == [s["sample_sha256"] for s in one["shards"]]
+    with pytest.raises(DatasetError, match="cannot be one of 2 workers"):
+        generate(config, tmp_path / "three", shard_index=0, num_shards=2, processes=2)

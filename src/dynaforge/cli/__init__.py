@@ -85,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--shard-index", type=int, default=None, help="this worker's index (default: RANK or SLURM)"
     )
     generate.add_argument("--num-shards", type=int, default=None, help="number of workers sharing the job")
+    generate.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="worker processes on this machine, sharing its threads (same bytes as one; default 1)",
+    )
     generate.add_argument("--no-progress", action="store_true", help="no progress bar")
     generate.set_defaults(handler=run_generate)
 

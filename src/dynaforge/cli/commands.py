@@ -36,6 +36,7 @@ def run_generate(args: argparse.Namespace) -> int:
         shard_index=args.shard_index,
         num_shards=args.num_shards,
         progress=False if args.no_progress else None,
+        processes=args.processes,
     )
     done = sum(1 for s in manifest["shards"] if s["complete"])
     state = "complete" if manifest["complete"] else "partial (other workers' shards pending)"
