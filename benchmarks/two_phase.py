@@ -57,7 +57,7 @@ from dynaforge.atomic import atomic_write_text
 from dynaforge.config import load_config
 from dynaforge.train.engine import Engine
 from dynaforge.train.task import StepLoss
-from dynaforge.train.two_phase import RelaxState, TwoPhaseTask, cost, relax
+from dynaforge.train.two_phase import Clamp, Descent, RelaxState, TwoPhaseTask, cost, relax
 from machine import load_note
 from smoke import quick_path
 
@@ -78,22 +78,11 @@ class BackpropTask(TwoPhaseTask):
 
     def loss(self, model: torch.nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
         inputs, targets = batch[0], batch[1]
-        model, s = self.model, self.settings
+        s = self.settings
         with torch.enable_grad():
-            target_units = model.targets_to_units(targets)
-            free = relax(
-                self.rest,
-                model.coupling(),
-                model.drive(inputs),
-                target_units,
-                model.output_mask,
-                self.betas["free"],
-                s.free_steps,
-                s.step_size,
-                s.momentum,
-                model.activation,
-            )
-            loss = cost(free.units, target_units, model.output_mask).mean()
+            clamp = self.clamp(inputs, targets)
+            free = relax(self.rest, clamp, self.betas["free"], s.free_steps, self.descent())
+            loss = cost(free.units, clamp.target_units, clamp.output_mask).mean()
             return StepLoss(loss, loss)
 
 
@@ -131,33 +120,9 @@ def syncing_relax(residuals: list[float]) -> Any:
     """dynaforge's relaxation with one host sync per step (the largest state change read back, as a
     convergence check would): isolates what the syncs themselves cost."""
 
-    def run(
-        state: RelaxState,
-        coupling: Tensor,
-        drive: Tensor,
-        target_units: Tensor,
-        output_mask: Tensor,
-        beta: Tensor,
-        steps: int,
-        step_size: float,
-        momentum: float,
-        activation: str,
-        state_gradient: Any,
-    ) -> RelaxState:
+    def run(state: RelaxState, clamp: Clamp, beta: Tensor, steps: int, descent: Descent) -> RelaxState:
         for _ in range(steps):
-            state = relax(
-                state,
-                coupling,
-                drive,
-                target_units,
-                output_mask,
-                beta,
-                1,
-                step_size,
-                momentum,
-                activation,
-                state_gradient,
-            )
+            state = relax(state, clamp, beta, 1, descent)
             residuals.append(state.velocity.abs().max().item())
         return state
 

@@ -22,7 +22,9 @@ from dynaforge.runs import load_checkpoint
 from dynaforge.train.engine import Engine
 from dynaforge.train.log import read_metrics
 from dynaforge.train.two_phase import (
+    Clamp,
     CompiledRelax,
+    Descent,
     RelaxState,
     Snapshot,
     TwoPhaseTask,
@@ -169,7 +171,8 @@ def test_snapshot_restores_state_and_buffers_bitwise() -> None:
     inputs = torch.randn(4, model.inputs, dtype=torch.float32)
     rest = model.initial_units(4)
     zero = torch.zeros((), dtype=torch.float32)
-    args = (model.coupling(), model.drive(inputs), rest, model.output_mask, zero, 7, 0.5, 0.6, "tanh")
+    clamp = Clamp(model.coupling(), model.drive(inputs), rest, model.output_mask)
+    args = (clamp, zero, 7, Descent(step_size=0.5, momentum=0.6, activation="tanh"))
     with torch.no_grad():
         state = relax(RelaxState(rest, rest), *args)
     saved_state = RelaxState(*(t.clone() for t in state))

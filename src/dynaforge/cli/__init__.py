@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="worker processes on this machine, sharing its threads (same bytes as one; default 1)",
     )
-    generate.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(generate)
     generate.set_defaults(handler=run_generate)
 
     inspect = verbs.add_parser("inspect", help="validate a dataset folder and summarise it")
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         "split, contiguous in file order",
     )
     convert.add_argument("--shard-size", type=int, default=256, help="samples per shard (default 256)")
-    convert.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(convert)
     convert.set_defaults(handler=run_convert)
 
     train = verbs.add_parser("train", help="train a surrogate on a dataset folder into a run folder")
@@ -162,11 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         "optional with data.source=stream (then the val split is generated in memory)",
     )
     train.add_argument("--out", required=True, help="run folder to create (or to continue, with --resume)")
-    train.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --out from its last checkpoint (start it if it has none)",
-    )
+    add_resume_argument(train, "its last checkpoint")
     train.add_argument(
         "--resume-from-artifact",
         default=None,
@@ -180,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="profile N optimiser steps into RUN/profile/ (Chrome trace, top operators)",
     )
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(train)
     train.set_defaults(handler=run_train)
 
     evaluate = verbs.add_parser("evaluate", help="score a run on the test split; writes RUN/eval/")
@@ -204,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = verbs.add_parser("run", help="generate, train and evaluate from one config (skips finished stages)")
     add_config_arguments(run, stages=True)
     run.add_argument("--out", required=True, help="root folder: ROOT/data, ROOT/run")
-    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_argument(run)
     run.set_defaults(handler=run_run)
     add_nbody_parser(verbs)
     add_tune_export_parsers(verbs)
@@ -235,17 +231,15 @@ def add_nbody_parser(verbs: argparse._SubParsersAction) -> None:
         help="auto: MP4 when ffmpeg is on PATH, else GIF",
     )
     simulate.add_argument("--frames", type=int, default=120, help="animation frames (2 or more)")
-    simulate.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
-    simulate.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_threads_argument(simulate, "1 suits small systems")
+    add_progress_argument(simulate)
     simulate.set_defaults(handler=run_nbody_simulate)
     train = actions.add_parser("train", help="train the learned step controller into a run folder")
     add_config_arguments(train)
     train.add_argument("--out", required=True, help="run folder (config.yaml, metrics.jsonl, checkpoints/)")
-    train.add_argument(
-        "--resume", action="store_true", help="continue the run in --out from checkpoints/last.pt"
-    )
-    train.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small systems)")
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_resume_argument(train, "checkpoints/last.pt")
+    add_threads_argument(train, "1 suits small systems")
+    add_progress_argument(train)
     train.set_defaults(handler=run_nbody_train)
 
 
@@ -268,7 +262,7 @@ def add_tune_export_parsers(verbs: argparse._SubParsersAction) -> None:
     tune.add_argument(
         "--data", default=None, help="dataset folder for PDE trials (default: generated into STUDY/data)"
     )
-    tune.add_argument("--threads", type=int, default=None, help="torch threads per trial")
+    add_threads_argument(tune, "per trial")
     tune.set_defaults(handler=run_tune)
 
     export = verbs.add_parser("export", help="export a run's model to ONNX and verify it in onnxruntime")
@@ -306,12 +300,8 @@ def add_twophase_parser(verbs: argparse._SubParsersAction) -> None:
     train = actions.add_parser("train", help="train the `twophase` section's model into a run folder")
     add_config_arguments(train)
     train.add_argument("--out", required=True, help="run folder (config.yaml, metrics.jsonl, checkpoints/)")
-    train.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --out from checkpoints/last.pt (start it if it has none)",
-    )
-    train.add_argument("--threads", type=int, default=None, help="torch threads (1 suits small networks)")
+    add_resume_argument(train, "checkpoints/last.pt")
+    add_threads_argument(train, "1 suits small networks")
     train.set_defaults(handler=run_twophase_train)
 
 
@@ -324,4 +314,23 @@ def add_config_arguments(parser: argparse.ArgumentParser, stages: bool = False) 
         metavar="key=value",
         help="dotted overrides, e.g. system.dt=0.005"
         + ("; stage=all (or a stage's name) trains the staged latent stack" if stages else ""),
+    )
+
+
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    """--no-progress, read by `commands.progress_of`."""
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def add_threads_argument(parser: argparse.ArgumentParser, advice: str) -> None:
+    """--threads: the torch thread count the command's work runs with (default: torch's own)."""
+    parser.add_argument("--threads", type=int, default=None, help=f"torch threads ({advice})")
+
+
+def add_resume_argument(parser: argparse.ArgumentParser, checkpoint: str) -> None:
+    """--resume of a training verb: continue the run folder --out, or start it when it has no checkpoint."""
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help=f"continue the run in --out from {checkpoint} (start it if it has none)",
     )

@@ -26,6 +26,11 @@ def run_twophase_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def progress_of(args: argparse.Namespace) -> bool | None:
+    """--no-progress: no bars (False); without it None, bars when stderr is a terminal."""
+    return False if args.no_progress else None
+
+
 def run_generate(args: argparse.Namespace) -> int:
     from dynaforge.generate import generate
 
@@ -35,7 +40,7 @@ def run_generate(args: argparse.Namespace) -> int:
         args.out,
         shard_index=args.shard_index,
         num_shards=args.num_shards,
-        progress=False if args.no_progress else None,
+        progress=progress_of(args),
         processes=args.processes,
     )
     done = sum(1 for s in manifest["shards"] if s["complete"])
@@ -64,7 +69,7 @@ def run_nbody_simulate(args: argparse.Namespace) -> int:
             args.systems,
             args.animation,
             args.frames,
-            progress=False if args.no_progress else None,
+            progress=progress_of(args),
         )
     for i, system in enumerate(summary["systems"]):
         drift = system["max_relative_drift"]
@@ -81,9 +86,7 @@ def run_nbody_train(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.overrides)
     with torch_threads(args.threads):
-        summary = train_controller(
-            config, args.out, resume=args.resume, progress=False if args.no_progress else None
-        )
+        summary = train_controller(config, args.out, resume=args.resume, progress=progress_of(args))
     print(f"{summary.run}: {summary.steps} steps, best validation loss {summary.best_val_loss:.4g}")
     return 0
 
@@ -200,7 +203,7 @@ def run_convert(args: argparse.Namespace) -> int:
     from dynaforge.store.interop import parse_fractions
 
     if args.to is not None:
-        written, how = export(args.input, args.out, args.to, progress=False if args.no_progress else None)
+        written, how = export(args.input, args.out, args.to, progress=progress_of(args))
         print(f"{args.out}: {', '.join(written)}")
         print(how)
         return 0
@@ -211,7 +214,7 @@ def run_convert(args: argparse.Namespace) -> int:
         format=args.format,
         fractions=parse_fractions(args.splits),
         shard_size=args.shard_size,
-        progress=False if args.no_progress else None,
+        progress=progress_of(args),
     )
     source, shape = manifest["source"], manifest["shape"]
     splits = "   ".join(f"{k}={v['n_samples']}" for k, v in manifest["splits"].items())
@@ -226,10 +229,10 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.profile < 0:
         raise ConfigError(f"--profile takes a number of steps >= 0, got {args.profile}")
-    stage = [item for item in args.overrides if item.startswith("stage=")]
-    if stage:
-        return run_train_stages(args, stage[-1].split("=", 1)[1])
-    config = load_config(args.config, args.overrides)
+    stage, overrides = stage_override(args.overrides)
+    if stage is not None:
+        return run_train_stages(args, stage, overrides)
+    config = load_config(args.config, overrides)
     if args.resume_from_artifact:
         from dynaforge.train.log import start_from_artifact
 
@@ -238,7 +241,7 @@ def run_train(args: argparse.Namespace) -> int:
         config,
         args.data,
         args.out,
-        progress=False if args.no_progress else None,
+        progress=progress_of(args),
         resume=args.resume or bool(args.resume_from_artifact),
         profile_steps=args.profile,
     )
@@ -250,15 +253,21 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_train_stages(args: argparse.Namespace, stage: str) -> int:
+def stage_override(overrides: list[str]) -> tuple[str | None, list[str]]:
+    """The `stage=all|NAME` override of `train` and `run` (the last one given; None: no stage) and the others."""
+    stages = [item.split("=", 1)[1] for item in overrides if item.startswith("stage=")]
+    others = [item for item in overrides if not item.startswith("stage=")]
+    return (stages[-1] if stages else None), others
+
+
+def run_train_stages(args: argparse.Namespace, stage: str, overrides: list[str]) -> int:
     """`dynaforge train CONFIG stage=all|NAME`: the staged latent stack (dynaforge.train.stages)."""
     from dynaforge.train.stages import run_stages
 
-    overrides = [item for item in args.overrides if not item.startswith("stage=")]
     config = load_config(args.config, overrides)
     if args.data is None:
         raise ConfigError("the staged stack trains on a dataset folder: pass --data DIR")
-    status = run_stages(config, args.data, args.out, stage, progress=False if args.no_progress else None)
+    status = run_stages(config, args.data, args.out, stage, progress=progress_of(args))
     for name, record in status["stages"].items():
         print(
             f"{args.out}/{name}: {record['status']}, best validation metric {record.get('best_val', float('nan')):.4e}"
@@ -291,11 +300,9 @@ def evaluate_settings(run: str, overrides: list[str]) -> EvaluateConfig:
 def run_run(args: argparse.Namespace) -> int:
     from dynaforge.pipeline import run_pipeline
 
-    stage = [item.split("=", 1)[1] for item in args.overrides if item.startswith("stage=")]
-    overrides = [item for item in args.overrides if not item.startswith("stage=")]
+    stage, overrides = stage_override(args.overrides)
     config = load_config(args.config, overrides)
-    progress = False if args.no_progress else None
-    report = run_pipeline(config, args.out, progress=progress, stage=stage[-1] if stage else None)
+    report = run_pipeline(config, args.out, progress=progress_of(args), stage=stage)
     print_evaluation(json.loads((report.parent / "metrics.json").read_text()))
     print(f"report: {report}")
     return 0
@@ -336,10 +343,7 @@ def run_export(args: argparse.Namespace) -> int:
         ) from error
     result = export_run(args.run, args.out, checkpoint=args.checkpoint, data=args.data, force=args.force)
     for check in result.checks:
-        print(
-            f"{check.name:<7} max |onnxruntime - torch| {check.max_abs:.3e}  relative {check.relative:.3e}  "
-            f"(tolerance {check.tolerance:.1e}) ok"
-        )
+        print(check.describe())
     print(f"wrote {result.path} (opset {result.opset}, inputs {result.inputs}, outputs {result.outputs})")
     return 0
 

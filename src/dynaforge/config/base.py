@@ -75,10 +75,17 @@ def one_of(*choices: Any) -> Check:
 def checked(default: Any, *, check: Check) -> Any:
     """A dataclass field whose values must pass `check`: `dt: float = checked(0.01, check=POSITIVE)`.
 
-    A field with a mutable default (a `Range`, a list) says the same with
-    `field(default_factory=..., metadata={"check": CHECK})` (ruff's RUF009 trusts only `field` there). A
-    subclass that redeclares a field's default keeps its base class's check (`field_check`)."""
+    A `Range` field says the same with `ranged`; another field with a mutable default (a list, a dict) with
+    `field(default_factory=..., metadata={"check": CHECK})`. A subclass that redeclares a field's default
+    keeps its base class's check (`field_check`)."""
     return field(default=default, metadata={"check": check})
+
+
+def ranged(low: float, high: float | None = None, *, check: Check | None = None) -> Any:
+    """A `Range` field drawn in [low, high] (no `high`: the constant `low`), each config with a `Range` of its
+    own, its ends checked by `check`: `viscosity: Range = ranged(0.01, check=POSITIVE.because("viscosity"))`."""
+    metadata = {} if check is None else {"check": check}
+    return field(default_factory=lambda: Range(low, low if high is None else high), metadata=metadata)
 
 
 def field_check(cls: type, name: str) -> Check | None:

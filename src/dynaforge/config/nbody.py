@@ -14,6 +14,7 @@ from dynaforge.config.base import (
     at_least,
     check_values,
     checked,
+    ranged,
 )
 from dynaforge.config.train import OptimizerConfig, ScheduleConfig, TrainConfig
 
@@ -36,17 +37,13 @@ class NBodyInitialConfig:
 
     family: Literal["kepler", "figure_eight", "plummer", "cluster"] = "kepler"
     """Which family (see the class docstring)."""
-    semi_major_axis: Range = field(
-        default_factory=lambda: Range(1.0, 1.0), metadata={"check": POSITIVE.because("orbit size")}
-    )
+    semi_major_axis: Range = ranged(1.0, check=POSITIVE.because("orbit size"))
     """`kepler`: semi-major axis a of the relative orbit."""
-    eccentricity: Range = field(default_factory=lambda: Range(0.5, 0.5))
+    eccentricity: Range = ranged(0.5)
     """`kepler`: eccentricity e, in [0, 1)."""
-    mean_anomaly: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    mean_anomaly: Range = ranged(0.0)
     """`kepler`: orbital phase at t = 0 in radians (0 = pericentre)."""
-    mass: Range = field(
-        default_factory=lambda: Range(0.5, 0.5), metadata={"check": POSITIVE.because("a body's mass")}
-    )
+    mass: Range = ranged(0.5, check=POSITIVE.because("a body's mass"))
     """`kepler` and `cluster`: mass of each body (`cluster` then rescales the total to 1)."""
     virial_ratio: float = checked(0.5, check=NON_NEGATIVE)
     """`plummer` and `cluster`: K / |virial| after scaling (0.5 = equilibrium, < 0.5 collapses)."""
@@ -122,13 +119,9 @@ class NBodyConfig:
     lanes (about 2x faster for large batches on a CPU; needs a C++ compiler, compiles for a few seconds per
     body count, falls back to eager with a logged warning; its numbers differ from eager's within ~1e-15
     relative, and like eager's do not depend on the batch: docs/nbody.md, "Batched throughput")."""
-    softening: Range = field(
-        default_factory=lambda: Range(0.0, 0.0), metadata={"check": NON_NEGATIVE.because("softening length")}
-    )
+    softening: Range = ranged(0.0, check=NON_NEGATIVE.because("softening length"))
     """Plummer softening length eps (per system)."""
-    external_mass: Range = field(
-        default_factory=lambda: Range(0.0, 0.0), metadata={"check": NON_NEGATIVE.because("a mass")}
-    )
+    external_mass: Range = ranged(0.0, check=NON_NEGATIVE.because("a mass"))
     """Mass of the external point perturber (0 = none)."""
     external_position: list[float] = field(default_factory=lambda: [20.0, 0.0, 0.0])
     """Fixed position of the external perturber."""
@@ -196,15 +189,13 @@ class ControllerSystemsConfig:
 
     kepler: int = checked(48, check=NON_NEGATIVE)
     """Two-body Kepler systems (a = 1, total mass 1)."""
-    eccentricity: Range = field(default_factory=lambda: Range(0.0, 0.8))
+    eccentricity: Range = ranged(0.0, 0.8)
     """Eccentricities of the Kepler systems."""
     eccentricity_draw: Literal["uniform", "log_pericentre"] = "uniform"
     """How e is drawn in `eccentricity`: uniformly, or with log(1 - e) (the log of the pericentre distance
     a (1 - e)) uniform, which gives each decade of pericentre distance the same weight (more orbits near
     e = 1, where step control matters most)."""
-    mass_ratio: Range = field(
-        default_factory=lambda: Range(0.2, 1.0), metadata={"check": POSITIVE.because("m2 / m1")}
-    )
+    mass_ratio: Range = ranged(0.2, 1.0, check=POSITIVE.because("m2 / m1"))
     """m2 / m1 of the Kepler systems."""
     clusters: int = checked(8, check=NON_NEGATIVE)
     """Clusters (`cluster` family, N-body units) per entry of `cluster_bodies`."""
@@ -212,10 +203,7 @@ class ControllerSystemsConfig:
         default_factory=lambda: [4, 8], metadata={"check": at_least(2.0).because("bodies per cluster")}
     )
     """Body counts of the clusters (one group of episodes per count)."""
-    softening: Range = field(
-        default_factory=lambda: Range(0.01, 0.05),
-        metadata={"check": NON_NEGATIVE.because("softening length")},
-    )
+    softening: Range = ranged(0.01, 0.05, check=NON_NEGATIVE.because("softening length"))
     """Softening of the clusters (the Kepler systems have none)."""
     snapshots: int = checked(16, check=AT_LEAST_ONE)
     """Episode start states per system."""

@@ -18,13 +18,22 @@ from dynaforge.config.models import FlowNetConfig
 
 
 @dataclass
-class OperatorStageConfig:
-    """Stage `operator`: the model of the `model` section, trained on one-step + unrolled + spectral losses."""
+class StageConfig:
+    """What every stage of the stack trains with."""
 
     epochs: int = checked(10, check=AT_LEAST_ONE)
-    """Passes over the training windows."""
+    """Passes over the stage's training data (windows; `steady_prior`: long-time states)."""
     lr: float = checked(1e-3, check=POSITIVE.because("peak learning rate"))
     """Peak learning rate."""
+
+    def __post_init__(self) -> None:
+        check_values(self)
+
+
+@dataclass
+class OperatorStageConfig(StageConfig):
+    """Stage `operator`: the model of the `model` section, trained on one-step + unrolled + spectral losses."""
+
     rollout_steps: int = checked(3, check=AT_LEAST_ONE)
     """Model calls unrolled per window (the first is the one-step loss, the rest the rollout loss)."""
     rollout_weight: float = checked(0.5, check=NON_NEGATIVE)
@@ -34,18 +43,11 @@ class OperatorStageConfig:
     val_rollout: int = checked(10, check=AT_LEAST_ONE)
     """Model calls of the validation rollout whose nRMSE chooses the best checkpoint."""
 
-    def __post_init__(self) -> None:
-        check_values(self)
-
 
 @dataclass
-class CorrectorStageConfig:
+class CorrectorStageConfig(StageConfig):
     """Stage `diffusion_residual`: conditional flow matching of truth - operator prediction."""
 
-    epochs: int = checked(10, check=AT_LEAST_ONE)
-    """Passes over the training windows."""
-    lr: float = checked(1e-3, check=POSITIVE.because("peak learning rate"))
-    """Peak learning rate."""
     model: FlowNetConfig = field(default_factory=FlowNetConfig)
     """The velocity network (condition_frames is set to 2: the prediction and the last input frame)."""
     sampler_steps: int = checked(8, check=AT_LEAST_ONE)
@@ -59,17 +61,12 @@ class CorrectorStageConfig:
     conditioned on that k-step prediction and the frame before it, and predictor-corrector rollouts apply
     it every k steps (the checkpoint records k). 1: the one-step residual."""
 
-    def __post_init__(self) -> None:
-        check_values(self)
-
 
 @dataclass
-class DistillStageConfig:
+class DistillStageConfig(StageConfig):
     """Stage `consistency_distill`: a student that reproduces the S-step sampler in 1 or 2 steps."""
 
-    epochs: int = checked(10, check=AT_LEAST_ONE)
-    """Passes over the training windows."""
-    lr: float = checked(5e-4, check=POSITIVE.because("peak learning rate"))
+    lr: float = 5e-4
     """Peak learning rate."""
     student_steps: int = checked(1, check=one_of(1, 2))
     """Sampler steps of the student (1 or 2)."""
@@ -80,27 +77,17 @@ class DistillStageConfig:
     """Weight of a log energy-spectrum loss between the student's and the teacher's residuals, beside the
     MSE (0: MSE alone). The MSE alone lets a student smooth away the small scales it cannot match."""
 
-    def __post_init__(self) -> None:
-        check_values(self)
-
 
 @dataclass
-class SteadyStageConfig:
+class SteadyStageConfig(StageConfig):
     """Stage `steady_prior`: a conditional flow-matching model of long-time states given the parameters."""
 
-    epochs: int = checked(10, check=AT_LEAST_ONE)
-    """Passes over the long-time states."""
-    lr: float = checked(1e-3, check=POSITIVE.because("peak learning rate"))
-    """Peak learning rate."""
     model: FlowNetConfig = field(default_factory=lambda: FlowNetConfig(condition_frames=0))
     """The velocity network (condition_frames is set to 0)."""
     last_frames: int = checked(10, check=AT_LEAST_ONE)
     """Frames at the end of each trajectory taken as long-time states."""
     sampler_steps: int = checked(16, check=AT_LEAST_ONE)
     """Integration steps of the sampler."""
-
-    def __post_init__(self) -> None:
-        check_values(self)
 
 
 @dataclass

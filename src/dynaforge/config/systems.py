@@ -22,6 +22,7 @@ from dynaforge.config.base import (
     checked,
     is_range_field,
     one_of,
+    ranged,
 )
 
 DEFAULT_SYSTEM = "burgers"
@@ -56,9 +57,7 @@ class SystemConfig:
     """Grid points per axis."""
     ndim: int = checked(1, check=one_of(1, 2, 3))
     """Spatial dimensions (1, 2 or 3; each system lists the ones it supports)."""
-    domain_length: Range = field(
-        default_factory=lambda: Range(1.0, 1.0), metadata={"check": POSITIVE.because("domain length")}
-    )
+    domain_length: Range = ranged(1.0, check=POSITIVE.because("domain length"))
     """Length L of the periodic domain (per sample)."""
     dt: float = checked(0.01, check=POSITIVE.because("time step"))
     """Inner time step of the solver."""

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from matplotlib.figure import Figure
 
 from dynaforge.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from dynaforge.config import (
@@ -40,14 +41,15 @@ from dynaforge.errors import DATA, RunError
 from dynaforge.evaluate.plots import (
     FieldAxes,
     Panel,
-    error_vs_step_png,
-    high_correlation_png,
-    last_frame_png,
-    metric_curves_png,
-    snapshots_png,
-    space_time_png,
-    spectra_png,
-    training_curves_png,
+    error_vs_step_figure,
+    figure_to_png,
+    high_correlation_figure,
+    last_frame_figure,
+    metric_curves_figure,
+    snapshots_figure,
+    space_time_figure,
+    spectra_figure,
+    training_curves_figure,
 )
 from dynaforge.evaluate.report import render_report
 from dynaforge.evaluate.rollout import Rollouts, one_step_predictions, rollouts
@@ -450,23 +452,27 @@ def report_figures(
     """Report section -> (caption, file name, PNG bytes) of every figure."""
     labels = {name: info.label for name, info in METRICS_INFO.items()}
     spectra = metrics["spectra"]
-    figures: dict[str, list[tuple[str, str, bytes]]] = {
+    figures: dict[str, list[tuple[str, str, Figure]]] = {
         "horizon": [
             (
                 "nRMSE of each autoregressive rollout step on the test split",
                 "error_vs_step.png",
-                error_vs_step_png(metrics["rollout_nrmse"], metrics["one_step_nrmse"], metrics["frame_dt"]),
+                error_vs_step_figure(
+                    metrics["rollout_nrmse"], metrics["one_step_nrmse"], metrics["frame_dt"]
+                ),
             ),
             (
                 "Every metric against the rollout step (one panel per unit)",
                 "metrics_vs_step.png",
-                metric_curves_png(REPORT_PANELS, metrics["rollout_per_frame"], labels, metrics["frame_dt"]),
+                metric_curves_figure(
+                    REPORT_PANELS, metrics["rollout_per_frame"], labels, metrics["frame_dt"]
+                ),
             ),
             (
                 "Pearson correlation with the truth (mean over test samples) against rollout time; the "
                 "high-correlation time of a sample ends where its correlation first falls below the line",
                 "correlation_vs_time.png",
-                high_correlation_png(metrics["high_correlation_time"]),
+                high_correlation_figure(metrics["high_correlation_time"]),
             ),
         ],
         "physics": [
@@ -474,7 +480,7 @@ def report_figures(
                 "Energy spectra of truth and prediction at the first, middle and last rollout step; the "
                 "energy-spectrum error leaves out the shells whose true energy is below the dotted line",
                 "spectra.png",
-                spectra_png(spectra["truth"], spectra["predicted"], spectra["frames"], SPECTRUM_FLOOR),
+                spectra_figure(spectra["truth"], spectra["predicted"], spectra["frames"], SPECTRUM_FLOOR),
             )
         ],
         "worst": [],
@@ -485,19 +491,22 @@ def report_figures(
         index = sample["index"]
         about = f"Worst sample {rank + 1}: test trajectory {index} (rollout nRMSE {sample['nrmse']:.3e}), channel {channel}"
         title = f"Worst sample {rank + 1}: test trajectory {index}"
-        for suffix, what, png in sample_figures(rolled, index, title, inputs):
-            figures["worst"].append((f"{about}{what}", f"worst_{rank + 1}{suffix}.png", png))
+        for suffix, what, figure in sample_figures(rolled, index, title, inputs):
+            figures["worst"].append((f"{about}{what}", f"worst_{rank + 1}{suffix}.png", figure))
     for position, index in enumerate(samples):
         about = f"Test trajectory {index}: truth, rollout prediction and error, channel {channel}"
-        for suffix, what, png in sample_figures(rolled, index, f"Test trajectory {index}", inputs):
-            figures["samples"].append((f"{about}{what}", f"sample_{position}{suffix}.png", png))
-    return figures
+        for suffix, what, figure in sample_figures(rolled, index, f"Test trajectory {index}", inputs):
+            figures["samples"].append((f"{about}{what}", f"sample_{position}{suffix}.png", figure))
+    return {
+        key: [(caption, name, figure_to_png(figure)) for caption, name, figure in section]
+        for key, section in figures.items()
+    }
 
 
 def sample_figures(
     rolled: Rollouts, sample: int, title: str, inputs: ReportInputs
-) -> list[tuple[str, str, bytes]]:
-    """(file name suffix, caption suffix, PNG) of channel 0 of one trajectory: space-time images for 1D
+) -> list[tuple[str, str, Figure]]:
+    """(file name suffix, caption suffix, figure) of channel 0 of one trajectory: space-time images for 1D
     fields; for 2D and 3D (a mid slice), the last predicted frame and 4 frames across the rollout."""
     truth, predicted = rolled.truth[sample, :, 0].numpy(), rolled.predicted[sample, :, 0].numpy()
     field_axes = FieldAxes(
@@ -507,14 +516,18 @@ def sample_figures(
         unit=inputs.units,
     )
     if truth.ndim == 2:  # (frames, x)
-        return [("", "", space_time_png(truth, predicted, title, field_axes))]
+        return [("", "", space_time_figure(truth, predicted, title, field_axes))]
     while truth.ndim > 3:  # 3D: the middle slice along the last axis
         middle = truth.shape[-1] // 2
         truth, predicted = truth[..., middle], predicted[..., middle]
         title = f"{title}, mid-{AXIS_NAMES[truth.ndim - 1]} slice"
     return [
-        ("", ", last rollout step", last_frame_png(truth, predicted, title, field_axes)),
-        ("_frames", ", frames across the rollout", snapshots_png(truth, predicted, title, field_axes)),
+        ("", ", last rollout step", last_frame_figure(truth, predicted, title, field_axes)),
+        (
+            "_frames",
+            ", frames across the rollout",
+            snapshots_figure(truth, predicted, title, field_axes),
+        ),
     ]
 
 
@@ -527,7 +540,9 @@ def training_figure(folder: RunFolder) -> bytes | None:
     epochs = [r for r in records if r.get("kind") == "epoch" and "step" in r]
     if not intervals and not epochs:
         return None
-    return training_curves_png([r["step"] for r in intervals], [r["loss"] for r in intervals], epochs)
+    return figure_to_png(
+        training_curves_figure([r["step"] for r in intervals], [r["loss"] for r in intervals], epochs)
+    )
 
 
 def training_summary(folder: RunFolder) -> dict[str, Any]:

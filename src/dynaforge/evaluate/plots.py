@@ -1,7 +1,7 @@
 """Figures of an evaluation, rendered with matplotlib's Agg canvas (no display, no pyplot global state).
 
-A `*_figure` function returns the matplotlib Figure (tests read its axes), its `*_png` twin the PNG bytes
-that the caller writes (atomically) and embeds in the report. Axes are in the dataset's units: x, y in grid
+A `*_figure` function returns the matplotlib Figure (tests read its axes); `figure_to_png` makes it the PNG
+bytes that the caller writes (atomically) and embeds in the report. Axes are in the dataset's units: x, y in grid
 coordinates, t in the frames' time; rollout steps have integer ticks; quantities of
 different units never share an axis.
 """
@@ -29,7 +29,9 @@ def figure_to_png(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def error_vs_step_png(rollout_nrmse: Sequence[float], one_step_nrmse: float, frame_dt: float | None) -> bytes:
+def error_vs_step_figure(
+    rollout_nrmse: Sequence[float], one_step_nrmse: float, frame_dt: float | None
+) -> Figure:
     """nRMSE of each rollout frame (log scale), with the one-step nRMSE for reference."""
     figure = Figure(figsize=(6, 4), layout="constrained")
     axes = figure.add_subplot()
@@ -38,7 +40,7 @@ def error_vs_step_png(rollout_nrmse: Sequence[float], one_step_nrmse: float, fra
     axes.axhline(one_step_nrmse, color="gray", linestyle="--", label="one step from true inputs")
     label_rollout_axes(axes, frame_dt, "Test error against rollout step")
     axes.legend()
-    return figure_to_png(figure)
+    return figure
 
 
 def high_correlation_figure(summary: Mapping[str, Any]) -> Figure:
@@ -55,29 +57,32 @@ def high_correlation_figure(summary: Mapping[str, Any]) -> Figure:
     axes.axhline(
         summary["threshold"], color="gray", linestyle="--", label=f"threshold {summary['threshold']:g}"
     )
-    axes.set_xlabel("time after the last input frame" if frame_dt else "rollout step")
-    axes.set_ylabel("Pearson correlation with the truth")
-    axes.set_title("Correlation against rollout time")
-    axes.grid(True, alpha=0.3)
+    label_axes(
+        axes,
+        "time after the last input frame" if frame_dt else "rollout step",
+        "Pearson correlation with the truth",
+        "Correlation against rollout time",
+    )
     axes.legend()
     return figure
 
 
-def high_correlation_png(summary: Mapping[str, Any]) -> bytes:
-    return figure_to_png(high_correlation_figure(summary))
+def label_axes(axes: Axes, xlabel: str, ylabel: str, title: str) -> None:
+    """Name both axes and the plot, over a light grid (minor lines too where a log scale has them)."""
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
 
 
 def label_rollout_axes(axes: Axes, frame_dt: float | None, title: str) -> None:
     """Integer rollout steps against nRMSE, gridded; the time since the rollout's start on top when
     `frame_dt` is known."""
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel("rollout step")
+    label_axes(axes, "rollout step", "nRMSE (relative L2)", title)
     if frame_dt:
         top = axes.secondary_xaxis("top", functions=(lambda s: s * frame_dt, lambda t: t / frame_dt))
         top.set_xlabel("time after the last input frame")
-    axes.set_ylabel("nRMSE (relative L2)")
-    axes.set_title(title)
-    axes.grid(True, which="both", alpha=0.3)
 
 
 class FieldAxes(NamedTuple):
@@ -113,10 +118,6 @@ def space_time_figure(truth: np.ndarray, predicted: np.ndarray, title: str, fiel
     panels[0].set_ylabel(f"time t ({field_axes.unit})")
     figure.suptitle(title)
     return figure
-
-
-def space_time_png(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> bytes:
-    return figure_to_png(space_time_figure(truth, predicted, title, field_axes))
 
 
 def draw_comparison_row(
@@ -162,10 +163,6 @@ def last_frame_figure(truth: np.ndarray, predicted: np.ndarray, title: str, fiel
     return figure
 
 
-def last_frame_png(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> bytes:
-    return figure_to_png(last_frame_figure(truth, predicted, title, field_axes))
-
-
 def snapshots_figure(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> Figure:
     """Truth, prediction and error (rows) of 2D fields at up to 4 frames across the rollout (columns, time
     running to the right; one colour scale per row); arrays (frames, x, y) with x drawn across."""
@@ -201,10 +198,6 @@ def snapshots_figure(truth: np.ndarray, predicted: np.ndarray, title: str, field
         figure.colorbar(grid[row, 0].images[0], ax=grid[row, :], label=label, shrink=0.9)
     figure.suptitle(title)
     return figure
-
-
-def snapshots_png(truth: np.ndarray, predicted: np.ndarray, title: str, field_axes: FieldAxes) -> bytes:
-    return figure_to_png(snapshots_figure(truth, predicted, title, field_axes))
 
 
 def snapshot_frames(frames: int, most: int = 4) -> list[int]:
@@ -267,15 +260,6 @@ def spans_decades(values: Sequence[np.ndarray]) -> bool:
     return bool(joined.size) and bool(np.all(joined > 0)) and float(joined.max() / joined.min()) > 10
 
 
-def metric_curves_png(
-    panels: Sequence[Panel],
-    curves: Mapping[str, Sequence[float]],
-    labels: Mapping[str, str],
-    frame_dt: float | None,
-) -> bytes:
-    return figure_to_png(metric_curves_figure(panels, curves, labels, frame_dt))
-
-
 def training_curves_figure(
     steps: Sequence[int], losses: Sequence[float], epochs: Sequence[Mapping[str, Any]]
 ) -> Figure:
@@ -301,10 +285,12 @@ def training_curves_figure(
     if all(v > 0 for line in axes.get_lines() for v in line.get_ydata()):
         axes.set_yscale("log")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel("optimizer step (dots: end of each epoch)")
-    axes.set_ylabel("loss (normalised fields)")
-    axes.set_title("Training and validation loss (metrics.jsonl)")
-    axes.grid(True, which="both", alpha=0.3)
+    label_axes(
+        axes,
+        "optimizer step (dots: end of each epoch)",
+        "loss (normalised fields)",
+        "Training and validation loss (metrics.jsonl)",
+    )
     axes.legend(fontsize=9)
     return figure
 
@@ -320,16 +306,12 @@ def wall_time_axes(axes: Axes, epochs: Sequence[Mapping[str, Any]]) -> None:
     )
     if all(r["val_loss"] > 0 for r in epochs):
         axes.set_yscale("log")
-    axes.set_xlabel("wall-clock time trained (s)")
-    axes.set_ylabel("validation loss (normalised fields)")
-    axes.set_title("Validation loss against wall time")
-    axes.grid(True, which="both", alpha=0.3)
-
-
-def training_curves_png(
-    steps: Sequence[int], losses: Sequence[float], epochs: Sequence[Mapping[str, Any]]
-) -> bytes:
-    return figure_to_png(training_curves_figure(steps, losses, epochs))
+    label_axes(
+        axes,
+        "wall-clock time trained (s)",
+        "validation loss (normalised fields)",
+        "Validation loss against wall time",
+    )
 
 
 def spectra_figure(
@@ -359,18 +341,11 @@ def spectra_figure(
     if positive:
         axes.set_xscale("log")
         axes.set_yscale("log")
-    axes.set_xlabel("wavenumber k (cycles per domain)")
-    axes.set_ylabel("E(k), mean over samples and channels")
-    axes.set_title("Energy spectra of truth and prediction")
-    axes.grid(True, which="both", alpha=0.3)
+    label_axes(
+        axes,
+        "wavenumber k (cycles per domain)",
+        "E(k), mean over samples and channels",
+        "Energy spectra of truth and prediction",
+    )
     axes.legend(fontsize=8)
     return figure
-
-
-def spectra_png(
-    truth: Sequence[Sequence[float]],
-    predicted: Sequence[Sequence[float]],
-    frames: Sequence[int],
-    floor: float | None = None,
-) -> bytes:
-    return figure_to_png(spectra_figure(truth, predicted, frames, floor))

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from dynaforge.data import MemoryTrajectories, WindowDataset
 from dynaforge.errors import ConfigError, RunError
-from dynaforge.evaluate.plots import figure_to_png, label_rollout_axes
+from dynaforge.evaluate.plots import figure_to_png, label_axes, label_rollout_axes
 from dynaforge.evaluate.rollout import Predictions, Rollouts, available_rollout_frames
 from dynaforge.metrics.ensemble import spread_error_correlation
 from dynaforge.metrics.fields import nrmse_per_frame
@@ -346,15 +346,19 @@ def spread_png(section: dict[str, Any]) -> bytes:
             label=f"{LABELS.get(name, name)} (r = {row['spread_error_correlation']:.3f})",
         )
     curves.xaxis.set_major_locator(MaxNLocator(integer=True))
-    curves.set_xlabel("rollout step")
-    curves.set_ylabel("RMS (units of the field)")
-    curves.set_title(f"{section['members']}-member ensembles: spread and error")
-    curves.grid(True, alpha=0.3)
+    label_axes(
+        curves,
+        "rollout step",
+        "RMS (units of the field)",
+        f"{section['members']}-member ensembles: spread and error",
+    )
     curves.legend(fontsize="small")
-    scatter.set_xlabel("ensemble spread (RMS)")
-    scatter.set_ylabel("error of the ensemble mean (RMS)")
-    scatter.set_title("Spread against error, one point per (trajectory, step)")
-    scatter.grid(True, alpha=0.3)
+    label_axes(
+        scatter,
+        "ensemble spread (RMS)",
+        "error of the ensemble mean (RMS)",
+        "Spread against error, one point per (trajectory, step)",
+    )
     scatter.legend(fontsize="small")
     return figure_to_png(figure)
 

@@ -87,6 +87,13 @@ class Check(NamedTuple):
     tolerance: float
     """Largest max_abs accepted: atol + rtol * max |PyTorch output|."""
 
+    def describe(self) -> str:
+        """One line for `dynaforge export` (a check that is kept passed: a failed one raises)."""
+        return (
+            f"{self.name:<7} max |onnxruntime - torch| {self.max_abs:.3e}  relative {self.relative:.3e}  "
+            f"(tolerance {self.tolerance:.1e}) ok"
+        )
+
 
 class ExportResult(NamedTuple):
     path: Path

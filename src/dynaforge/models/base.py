@@ -16,6 +16,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from dynaforge.config import ModelConfig
 from dynaforge.errors import ConfigError
 
 
@@ -120,3 +121,15 @@ def check_spatial_dims(shape: ModelShape, supported: Mapping[int, Any], model: s
     if shape.spatial_dims not in supported:
         counts = ", ".join(str(n) for n in sorted(supported))
         raise ConfigError(f"{model} supports {counts} spatial axes, got {shape.spatial_dims}")
+
+
+class GridModel(nn.Module):
+    """A surrogate on periodic grids, built from its `model` section and the data's shape (kept as `config`
+    and `shape`), for the spatial axis counts its layers exist for (`supported`; `name` in the message)."""
+
+    def __init__(
+        self, config: ModelConfig, shape: ModelShape, supported: Mapping[int, Any], name: str
+    ) -> None:
+        super().__init__()
+        check_spatial_dims(shape, supported, name)
+        self.config, self.shape = config, shape

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from dynaforge.config import FlowNetConfig
 from dynaforge.errors import ConfigError
-from dynaforge.models.base import ModelShape, check_spatial_dims
+from dynaforge.models.base import GridModel, ModelShape
 
 CONV = {1: nn.Conv1d, 2: nn.Conv2d}
 TIME_FREQUENCIES = 8
@@ -70,13 +70,13 @@ class FlowBlock(nn.Module):
         return x + self.mix(nn.functional.gelu(self.conv(nn.functional.gelu(h))))
 
 
-class FlowNet(nn.Module):
+class FlowNet(GridModel):
     """The velocity network v(x_t, t | condition frames, parameters) on periodic grids (1 or 2 axes)."""
 
+    config: FlowNetConfig
+
     def __init__(self, config: FlowNetConfig, shape: ModelShape) -> None:
-        super().__init__()
-        check_spatial_dims(shape, CONV, "the flow network")
-        self.config, self.shape = config, shape
+        super().__init__(config, shape, CONV, "the flow network")
         dims, width, channels = shape.spatial_dims, config.width, shape.channels
         conv = CONV[dims]
         k = config.kernel_size

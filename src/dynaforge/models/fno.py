@@ -19,7 +19,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.config import FNOConfig
-from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, check_spatial_dims, frames_prediction
+from dynaforge.models.base import GridModel, ModelInput, ModelOutput, ModelShape, frames_prediction
 from dynaforge.models.spectral import SpectralConv, SpectralInit, Transform
 from dynaforge.store.layout import channels_first_to_last, channels_last_to_first
 
@@ -82,13 +82,13 @@ class FNOBlock(nn.Module):
         return self.activation(self.spectral.forward_channels_last(h) + self.pointwise(h))
 
 
-class FNO(nn.Module):
+class FNO(GridModel):
     """Fourier neural operator on periodic grids with 1 (or more) spatial axes; see the module docstring."""
 
+    config: FNOConfig
+
     def __init__(self, config: FNOConfig, shape: ModelShape) -> None:
-        super().__init__()
-        check_spatial_dims(shape, POINTWISE, "FNO")
-        self.config, self.shape = config, shape
+        super().__init__(config, shape, POINTWISE, "FNO")
         dims = shape.spatial_dims
         modes = (config.modes,) * dims
         extra = dims if config.coordinates else 0

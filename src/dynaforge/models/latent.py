@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from dynaforge.config import LatentConfig
 from dynaforge.errors import ConfigError
-from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, check_spatial_dims, frames_prediction
+from dynaforge.models.base import GridModel, ModelInput, ModelOutput, ModelShape, frames_prediction
 
 CONV = {1: nn.Conv1d, 2: nn.Conv2d}
 CONV_TRANSPOSE = {1: nn.ConvTranspose1d, 2: nn.ConvTranspose2d}
@@ -152,14 +152,14 @@ def split_tokens(x: Tensor, grid: tuple[int, ...]) -> Tensor:
     return x.reshape(batch, h * w, -1)
 
 
-class LatentOperator(nn.Module):
+class LatentOperator(GridModel):
     """See the module docstring. `forward(inputs, conditions)`: conditions default to the config's dt and
     the mean parameters, so the model also fits the plain `ModelInput -> ModelOutput` contract."""
 
+    config: LatentConfig
+
     def __init__(self, config: LatentConfig, shape: ModelShape) -> None:
-        super().__init__()
-        check_spatial_dims(shape, CONV, "the latent operator")
-        self.config, self.shape = config, shape
+        super().__init__(config, shape, CONV, "the latent operator")
         dims, width = shape.spatial_dims, config.width
         conv = CONV[dims]
         self.stem = nn.Sequential(

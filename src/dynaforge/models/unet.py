@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from dynaforge.config import UNetConfig
 from dynaforge.errors import ConfigError
-from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, check_spatial_dims, frames_prediction
+from dynaforge.models.base import GridModel, ModelInput, ModelOutput, ModelShape, frames_prediction
 
 CONVOLUTIONS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 """The convolution per number of spatial axes."""
@@ -50,13 +50,13 @@ def groups_for(channels: int) -> int:
     return next(g for g in (8, 4, 2, 1) if channels % g == 0)
 
 
-class UNet(nn.Module):
+class UNet(GridModel):
     """U-Net over 1 to 3 periodic spatial axes; see the module docstring."""
 
+    config: UNetConfig
+
     def __init__(self, config: UNetConfig, shape: ModelShape) -> None:
-        super().__init__()
-        check_spatial_dims(shape, CONVOLUTIONS, "the U-Net")
-        self.config, self.shape = config, shape
+        super().__init__(config, shape, CONVOLUTIONS, "the U-Net")
         dims = shape.spatial_dims
         widths = [config.channels * 2**level for level in range(config.levels)]
         self.encoders = nn.ModuleList(

@@ -80,26 +80,35 @@ class RelaxState(NamedTuple):
     """The heavy-ball memory (zero without momentum)."""
 
 
-def relax(
-    state: RelaxState,
-    coupling: Float[Tensor, "units units"],
-    drive: Float[Tensor, "batch units"],
-    target_units: Float[Tensor, "batch units"],
-    output_mask: Float[Tensor, " units"],
-    beta: Tensor,
-    steps: int,
-    step_size: float,
-    momentum: float,
-    activation: str,
-    state_gradient: StateGradient = hopfield_state_gradient,
-) -> RelaxState:
+class Clamp(NamedTuple):
+    """What a relaxation holds fixed: the model's coupling, the drive of the clamped input, and the target
+    the cost C nudges the output units toward (`output_mask` marks them)."""
+
+    coupling: Float[Tensor, "units units"]
+    drive: Float[Tensor, "batch units"]
+    target_units: Float[Tensor, "batch units"]
+    output_mask: Float[Tensor, " units"]
+
+
+class Descent(NamedTuple):
+    """How a relaxation steps: heavy-ball gradient descent with the model's dE/ds."""
+
+    step_size: float
+    momentum: float
+    activation: str
+    state_gradient: StateGradient = hopfield_state_gradient
+    """dE/ds from (units, coupling, drive, activation)."""
+
+
+def relax(state: RelaxState, clamp: Clamp, beta: Tensor, steps: int, descent: Descent) -> RelaxState:
     """`steps` descent steps on F = E + beta C from `state` (a new state; the inputs are not written).
 
     `beta` is a 0-dim tensor (0 for the free phase), so the free and nudged phases share one compiled graph.
     A fixed number of steps and no test of convergence: the loop never reads a tensor back to the host.
-    `state_gradient(units, coupling, drive, activation)` is the model's dE/ds.
     """
     units, velocity = state
+    coupling, drive, target_units, output_mask = clamp
+    step_size, momentum, activation, state_gradient = descent
     for _ in range(steps):
         force = state_gradient(units, coupling, drive, activation)
         force = force + beta * output_mask * (units - target_units)
@@ -126,34 +135,11 @@ class CompiledRelax:
         self.compiled = torch.compile(inspect.unwrap(relax), mode=mode, backend=backend, dynamic=dynamic)
 
     def __call__(
-        self,
-        state: RelaxState,
-        coupling: Tensor,
-        drive: Tensor,
-        target_units: Tensor,
-        output_mask: Tensor,
-        beta: Tensor,
-        steps: int,
-        step_size: float,
-        momentum: float,
-        activation: str,
-        state_gradient: StateGradient = hopfield_state_gradient,
+        self, state: RelaxState, clamp: Clamp, beta: Tensor, steps: int, descent: Descent
     ) -> RelaxState:
-        compilable = inspect.unwrap(state_gradient)
+        compilable = descent._replace(state_gradient=inspect.unwrap(descent.state_gradient))
         for _ in range(steps // self.chunk):
-            state = self.compiled(
-                state,
-                coupling,
-                drive,
-                target_units,
-                output_mask,
-                beta,
-                self.chunk,
-                step_size,
-                momentum,
-                activation,
-                compilable,
-            )
+            state = self.compiled(state, clamp, beta, self.chunk, compilable)
         return state
 
 
@@ -240,16 +226,10 @@ def free_relaxation(
     rest = model.initial_units(inputs.shape[0])
     state = relax(
         RelaxState(rest, rest),
-        model.coupling(),
-        model.drive(inputs),
-        rest,
-        model.output_mask,
+        Clamp(model.coupling(), model.drive(inputs), rest, model.output_mask),
         torch.zeros((), dtype=rest.dtype, device=rest.device),
         steps,
-        step_size,
-        momentum,
-        model.activation,
-        model.state_gradient_function,
+        Descent(step_size, momentum, model.activation, model.state_gradient_function),
     )
     return state.units
 
@@ -347,18 +327,16 @@ class TwoPhaseTask(TaskDefaults):
         inputs, targets = batch[0], batch[1]
         settings = self.settings
         with torch.no_grad():
-            coupling = self.model.coupling()
-            drive = self.model.drive(inputs)
-            target_units = self.model.targets_to_units(targets)
-            free = self.phase(self.rest, coupling, drive, target_units, "free", settings.free_steps)
+            clamp = self.clamp(inputs, targets)
+            free = self.phase(self.rest, clamp, "free", settings.free_steps)
             self.snapshot.save(free, self.model)
-            plus = self.phase(free, coupling, drive, target_units, "plus", settings.nudged_steps)
+            plus = self.phase(free, clamp, "plus", settings.nudged_steps)
             if settings.nudging == "symmetric":
                 start = self.snapshot.restore(self.model)
-                low = self.phase(start, coupling, drive, target_units, "minus", settings.nudged_steps)
+                low = self.phase(start, clamp, "minus", settings.nudged_steps)
             else:
                 low = free
-            loss = cost(free.units, target_units, self.model.output_mask).mean()
+            loss = cost(free.units, clamp.target_units, clamp.output_mask).mean()
         with torch.enable_grad():
             contrast = (self.model.energy(plus.units, inputs) - self.model.energy(low.units, inputs)).mean()
         return StepLoss(contrast * self.contrast_scale, loss)
@@ -369,24 +347,20 @@ class TwoPhaseTask(TaskDefaults):
         parameters = [p for p in self.model.parameters() if p.requires_grad]
         return torch.autograd.grad(step.objective, parameters), step.value
 
-    def phase(
-        self, start: RelaxState, coupling: Tensor, drive: Tensor, target_units: Tensor, beta: str, steps: int
-    ) -> RelaxState:
-        """Relax from `start` with nudging `beta` (`free`, `plus` or `minus`)."""
-        s = self.settings
-        return self.relax(
-            start,
-            coupling,
-            drive,
-            target_units,
-            self.model.output_mask,
-            self.betas[beta],
-            steps,
-            s.step_size,
-            s.momentum,
-            self.model.activation,
-            self.model.state_gradient_function,
+    def clamp(self, inputs: Tensor, targets: Tensor) -> Clamp:
+        """What the phases of one batch hold fixed."""
+        model = self.model
+        return Clamp(
+            model.coupling(), model.drive(inputs), model.targets_to_units(targets), model.output_mask
         )
+
+    def descent(self) -> Descent:
+        s, model = self.settings, self.model
+        return Descent(s.step_size, s.momentum, model.activation, model.state_gradient_function)
+
+    def phase(self, start: RelaxState, clamp: Clamp, beta: str, steps: int) -> RelaxState:
+        """Relax from `start` with nudging `beta` (`free`, `plus` or `minus`)."""
+        return self.relax(start, clamp, self.betas[beta], steps, self.descent())
 
     def validate(self, model: nn.Module) -> float:
         """Mean loss of the free phase on the validation inputs."""
@@ -408,10 +382,9 @@ class TwoPhaseTask(TaskDefaults):
         try:
             inputs, targets = self.batch_of(self.epoch_order(0), 0)
             with torch.no_grad():
-                coupling, drive = self.model.coupling(), self.model.drive(inputs)
-                target_units = self.model.targets_to_units(targets)
-                free = self.phase(self.rest, coupling, drive, target_units, "free", self.settings.free_steps)
-                self.phase(free, coupling, drive, target_units, "plus", self.settings.nudged_steps)
+                clamp = self.clamp(inputs, targets)
+                free = self.phase(self.rest, clamp, "free", self.settings.free_steps)
+                self.phase(free, clamp, "plus", self.settings.nudged_steps)
         except Exception:
             self.relax = eager
             raise

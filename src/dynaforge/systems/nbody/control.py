@@ -273,18 +273,18 @@ class StepController(Protocol):
     ) -> tuple[Tensor, ControlContext]: ...
 
 
-def _scales_context(state: BodyState, current: Gravity, params: BodyParams) -> ControlContext:
-    return ControlContext(system_scales(state, params, current.potential))
+class MemorylessStep:
+    """A controller whose context is the initial scales alone (no history: `FixedStep`, `ClassicalStep`)."""
+
+    def init(self, state: BodyState, current: Gravity, params: BodyParams) -> ControlContext:
+        return ControlContext(system_scales(state, params, current.potential))
 
 
-class FixedStep:
+class FixedStep(MemorylessStep):
     """h = dt for every system (`dt` a number, or (batch,) for one step size per system)."""
 
     def __init__(self, dt: float | Tensor) -> None:
         self.dt = dt
-
-    def init(self, state: BodyState, current: Gravity, params: BodyParams) -> ControlContext:
-        return _scales_context(state, current, params)
 
     def step_size(
         self, state: BodyState, current: Gravity, params: BodyParams, context: ControlContext
@@ -294,14 +294,11 @@ class FixedStep:
         return dt.expand(x.shape[0]), context
 
 
-class ClassicalStep:
+class ClassicalStep(MemorylessStep):
     """h = eta * classical time scale (see the module docstring); eta a number or (batch,)."""
 
     def __init__(self, eta: float | Tensor) -> None:
         self.eta = eta
-
-    def init(self, state: BodyState, current: Gravity, params: BodyParams) -> ControlContext:
-        return _scales_context(state, current, params)
 
     def step_size(
         self, state: BodyState, current: Gravity, params: BodyParams, context: ControlContext

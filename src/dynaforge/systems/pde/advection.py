@@ -6,12 +6,12 @@ ETD step reproduces exactly in Fourier space.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import Tensor
 
 from dynaforge.config import SystemConfig
-from dynaforge.config.base import Range
+from dynaforge.config.base import Range, ranged
 from dynaforge.systems.pde.spectral import SpectralSystem
 
 
@@ -20,7 +20,7 @@ class AdvectionConfig(SystemConfig):
     """u_t + c u_x = 0 (c along every axis in more than one dimension)."""
 
     name: str = "advection"
-    speed: Range = field(default_factory=lambda: Range(1.0, 1.0))
+    speed: Range = ranged(1.0)
     """Transport speed c."""
 
 

@@ -6,12 +6,12 @@ pseudo-spectrally with 2/3 dealiasing. The spatial mean of u is conserved.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import Tensor
 
 from dynaforge.config import SystemConfig
-from dynaforge.config.base import POSITIVE, Range
+from dynaforge.config.base import POSITIVE, Range, ranged
 from dynaforge.systems.pde.spectral import (
     Nonlinear,
     SpectralSystem,
@@ -25,9 +25,7 @@ class BurgersConfig(SystemConfig):
     """u_t + u u_x = nu u_xx."""
 
     name: str = "burgers"
-    viscosity: Range = field(
-        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("kinematic viscosity")}
-    )
+    viscosity: Range = ranged(0.01, check=POSITIVE.because("kinematic viscosity"))
     """Kinematic viscosity nu."""
 
 

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from dynaforge.config import SystemConfig
-from dynaforge.config.base import NON_NEGATIVE, POSITIVE, InitialConfig, Range
+from dynaforge.config.base import NON_NEGATIVE, POSITIVE, InitialConfig, Range, ranged
 from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem, draw_initial_field
 
 
@@ -37,25 +37,17 @@ class GrayScottConfig(SystemConfig):
     name: str = "gray_scott"
     ndim: int = 2
     resolution: int = 128
-    domain_length: Range = field(default_factory=lambda: Range(2.5, 2.5))
+    domain_length: Range = ranged(2.5)
     dt: float = 1.0
     steps: int = 1000
     save_every: int = 10
-    feed: Range = field(
-        default_factory=lambda: Range(0.03, 0.03), metadata={"check": NON_NEGATIVE.because("feed rate")}
-    )
+    feed: Range = ranged(0.03, check=NON_NEGATIVE.because("feed rate"))
     """Feed rate F."""
-    kill: Range = field(
-        default_factory=lambda: Range(0.055, 0.055), metadata={"check": NON_NEGATIVE.because("kill rate")}
-    )
+    kill: Range = ranged(0.055, check=NON_NEGATIVE.because("kill rate"))
     """Kill rate k."""
-    diffusion_u: Range = field(
-        default_factory=lambda: Range(2e-5, 2e-5), metadata={"check": POSITIVE.because("diffusivity")}
-    )
+    diffusion_u: Range = ranged(2e-5, check=POSITIVE.because("diffusivity"))
     """Diffusion coefficient of u."""
-    diffusion_v: Range = field(
-        default_factory=lambda: Range(1e-5, 1e-5), metadata={"check": POSITIVE.because("diffusivity")}
-    )
+    diffusion_v: Range = ranged(1e-5, check=POSITIVE.because("diffusivity"))
     """Diffusion coefficient of v."""
     initial: InitialConfig = field(default_factory=lambda: InitialConfig(families={"blobs": 1.0}))
 

@@ -6,12 +6,12 @@ integrates it exactly whatever the order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import Tensor
 
 from dynaforge.config import SystemConfig
-from dynaforge.config.base import POSITIVE, Range
+from dynaforge.config.base import POSITIVE, Range, ranged
 from dynaforge.systems.pde.spectral import SpectralSystem
 
 
@@ -20,9 +20,7 @@ class HeatConfig(SystemConfig):
     """u_t = nu * laplacian(u)."""
 
     name: str = "heat"
-    diffusivity: Range = field(
-        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("diffusivity")}
-    )
+    diffusivity: Range = ranged(0.01, check=POSITIVE.because("diffusivity"))
     """Diffusion coefficient nu."""
 
 

@@ -6,12 +6,12 @@ Chaotic for domain lengths above about 2 pi * 3; the classic benchmark uses L = 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import Tensor
 
 from dynaforge.config import SystemConfig
-from dynaforge.config.base import Range
+from dynaforge.config.base import Range, ranged
 from dynaforge.systems.pde.spectral import (
     Nonlinear,
     SpectralSystem,
@@ -25,7 +25,7 @@ class KSConfig(SystemConfig):
     """u_t + u u_x + u_xx + u_xxxx = 0 (Kuramoto-Sivashinsky)."""
 
     name: str = "ks"
-    domain_length: Range = field(default_factory=lambda: Range(100.0, 100.0))
+    domain_length: Range = ranged(100.0)
     resolution: int = 200
     dt: float = 0.1
     steps: int = 500

@@ -8,13 +8,13 @@ form of `ks.py`. The mean of h drifts (N has a non-zero mean); every other mode 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from dynaforge.config import SystemConfig
-from dynaforge.config.base import Range
+from dynaforge.config.base import Range, ranged
 from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem
 
 
@@ -26,7 +26,7 @@ class KS2DConfig(SystemConfig):
     name: str = "ks2d"
     ndim: int = 2
     resolution: int = 64
-    domain_length: Range = field(default_factory=lambda: Range(32.0, 32.0))
+    domain_length: Range = ranged(32.0)
     dt: float = 0.05
     steps: int = 400
 

@@ -12,14 +12,14 @@ Axis order: the first spatial axis is x, the second y. The mean vorticity is con
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from dynaforge.config import SystemConfig
-from dynaforge.config.base import NON_NEGATIVE, POSITIVE, Range, checked
+from dynaforge.config.base import NON_NEGATIVE, POSITIVE, Range, checked, ranged
 from dynaforge.systems.pde.spectral import Nonlinear, SpectralSystem
 
 
@@ -35,17 +35,13 @@ class NavierStokesConfig(SystemConfig):
     name: str = "navier_stokes"
     ndim: int = 2
     resolution: int = 128
-    domain_length: Range = field(default_factory=lambda: Range(2 * 3.141592653589793, 2 * 3.141592653589793))
+    domain_length: Range = ranged(2 * math.pi)
     dt: float = 0.01
-    viscosity: Range = field(
-        default_factory=lambda: Range(1e-3, 1e-3), metadata={"check": POSITIVE.because("kinematic viscosity")}
-    )
+    viscosity: Range = ranged(1e-3, check=POSITIVE.because("kinematic viscosity"))
     """Kinematic viscosity nu."""
-    drag: Range = field(
-        default_factory=lambda: Range(0.0, 0.0), metadata={"check": NON_NEGATIVE.because("drag coefficient")}
-    )
+    drag: Range = ranged(0.0, check=NON_NEGATIVE.because("drag coefficient"))
     """Linear (Rayleigh) drag coefficient; 0 switches it off."""
-    forcing_amplitude: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    forcing_amplitude: Range = ranged(0.0)
     """Amplitude A of the Kolmogorov body force; 0 switches it off."""
     forcing_wavenumber: int = checked(4, check=NON_NEGATIVE)
     """Integer wavenumber of the Kolmogorov forcing along y."""
