@@ -66,10 +66,17 @@ class DarcyConfig(SystemConfig):
 
     name: str = "darcy"
     ndim: int = 2
+    """2: the unit square (Darcy is 2D only)."""
     resolution: int = 49
+    """Points per axis of the stored vertex grid, both ends included: x_i = i L / (resolution - 1)."""
+    domain_length: Range = field(default_factory=lambda: Range(1.0, 1.0))
+    """Side L of the square (per sample); the random field is drawn in units of L, so u scales as L^2."""
     dt: float = 1.0
+    """Only labels the two frames: t = 0 for a, t = dt for u."""
     steps: int = 1
+    """1: the trajectory is [a, u]."""
     dtype: Literal["float32", "float64"] = "float64"
+    """float64: the solve runs in float64 (the store holds float32)."""
     refinement: int = field(
         default=4, metadata={"check": AT_LEAST_ONE.because("solve points per kept point")}
     )
