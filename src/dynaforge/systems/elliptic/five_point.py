@@ -81,7 +81,7 @@ def sparse_matrix(a_values: Tensor, average: FaceAverage) -> tuple[Tensor, Tenso
     s = a_values.shape[-1]
     m = s - 2
     w = face_weights(a_values[None], average)
-    index = torch.arange(m * m).view(m, m)
+    index = torch.arange(m * m, dtype=torch.int64).view(m, m)
     west, east = w.x[0, :-1], w.x[0, 1:]  # faces to (i - 1, j) and (i + 1, j): (m, m)
     south, north = w.y[0, :, :-1], w.y[0, :, 1:]
     rows, cols, values = [index.flatten()], [index.flatten()], [(west + east + south + north).flatten()]
