@@ -36,6 +36,7 @@ DEVICES = [
 ]
 SYSTEMS = {
     "burgers": (CONFIGS / "tiny.yaml", []),
+    "darcy": (CONFIGS / "darcy.yaml", ["system.resolution=9", "system.refinement=2", "system.modes=8"]),
     "nbody": (CONFIGS / "nbody_tiny.yaml", []),
     "random_cnn": (
         None,
