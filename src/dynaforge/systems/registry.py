@@ -22,6 +22,7 @@ from typing import Any
 from dynaforge.config import NBodyConfig, SystemConfig
 from dynaforge.errors import ConfigError
 from dynaforge.systems.base import System, SystemBase
+from dynaforge.systems.flow.cavity import LidDrivenCavity
 from dynaforge.systems.nbody.system import NBody
 from dynaforge.systems.pde.advection import Advection
 from dynaforge.systems.pde.burgers import Burgers
@@ -42,6 +43,7 @@ SYSTEMS: dict[str, type[SystemBase]] = {
     KuramotoSivashinsky2D.name: KuramotoSivashinsky2D,
     RandomCNNSystem.name: RandomCNNSystem,
     NBody.name: NBody,
+    LidDrivenCavity.name: LidDrivenCavity,
 }
 """`system.name` -> the class of dynaforge's own systems (each carries `config_class` and `conserved`)."""
 

@@ -157,9 +157,7 @@ def momentum_tendency(velocity: FaceVelocity, c: FlowCoefficients) -> FaceVeloci
 def euler_projected(velocity: FaceVelocity, c: FlowCoefficients) -> FaceVelocity:
     """P(u + dt F(u)): one forward Euler step, projected."""
     tendency = momentum_tendency(velocity, c)
-    return project(
-        FaceVelocity(velocity.u + c.dt * tendency.u, velocity.v + c.dt * tendency.v), c.poisson
-    )
+    return project(FaceVelocity(velocity.u + c.dt * tendency.u, velocity.v + c.dt * tendency.v), c.poisson)
 
 
 def combine(a: float, x: FaceVelocity, b: float, y: FaceVelocity) -> FaceVelocity:
