@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -41,6 +41,7 @@ from dynaforge.systems.flow.mac import (
     WallSpeeds,
     cell_centred,
     pressure,
+    raw_divergence,
     ssp_rk3_step,
     stable_time_step,
 )
@@ -53,6 +54,32 @@ samples of 32 x 32, 2 of 64 x 64, 1 of 128 x 128), padded to the full block with
 matrix product a sample goes through has a shape that comes from the grid alone (`systems/batching.py`)."""
 
 
+class SteadyState(NamedTuple):
+    """What `LidDrivenCavity.steady_state` returns."""
+
+    velocity: FaceVelocity
+    steps: int
+    """Steps taken."""
+    change: float
+    """The largest max |u(t + T) - u(t)| / (T U) of the batch over the last check interval T."""
+
+
+class CentreLines(NamedTuple):
+    """Velocities on the cavity's centre lines, walls included, positions in units of L (float64, numpy).
+
+    `u` along the vertical line x = L/2 (the faces there), at heights `y`; `v` along the horizontal line
+    y = L/2, at `x`. Both start and end at a wall (values 0, or the lid speed)."""
+
+    y: np.ndarray
+    """(n + 2,) 0, (j + 1/2) / n, 1."""
+    u: np.ndarray
+    """(batch, n + 2)."""
+    x: np.ndarray
+    """(n + 2,)."""
+    v: np.ndarray
+    """(batch, n + 2)."""
+
+
 @dataclass
 class CavityConfig(SystemConfig):
     """The lid-driven cavity on [0, L]^2 (see `dynaforge.systems.flow.cavity`). `order` and `initial` are
@@ -61,7 +88,7 @@ class CavityConfig(SystemConfig):
     name: str = "cavity"
     ndim: int = 2
     resolution: int = checked(64, check=at_least(8.0).because("cells per side"))
-    dt: float = 0.005
+    dt: float = 0.004
     steps: int = 4000
     save_every: int = 40
     domain_length: Range = field(
@@ -238,3 +265,54 @@ class LidDrivenCavity(SystemBase):
                 run_block(rows)
         time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
         return Trajectories(frames, time)
+
+    # ---- steady states (the Ghia, Ghia & Shin check) ------------------------------------------------
+
+    def steady_state(
+        self,
+        params: Float[Tensor, "batch n_params"],
+        tolerance: float,
+        check_every: int = 100,
+        max_steps: int = 200_000,
+    ) -> SteadyState:
+        """Step the batch from rest until the velocity changes by less than `tolerance` lid speeds per unit
+        time (max |u(t + T) - u(t)| / (T U) over every face and sample, T = `check_every` steps), or
+        `max_steps`; one block, on the calling thread."""
+        c = self.coefficients(params)
+        velocity = self.at_rest(params.shape[0], params.device)
+        scale = 1.0 / (check_every * self.config.dt * c.walls.top.to(torch.float64))  # (B, 1, 1)
+        change = math.inf
+        steps = 0
+        while steps < max_steps:
+            previous = velocity
+            for _ in range(check_every):
+                velocity = ssp_rk3_step(velocity, c)
+            steps += check_every
+            change = max(
+                float(((now - before).abs().to(torch.float64) * scale).max())
+                for now, before in zip(velocity, previous, strict=True)
+            )
+            if change < tolerance:
+                break
+        return SteadyState(velocity, steps, change)
+
+    def centre_lines(self, velocity: FaceVelocity, params: Float[Tensor, "batch n_params"]) -> CentreLines:
+        """u on x = L/2 and v on y = L/2 (an even `resolution` puts faces on both lines)."""
+        n = self.config.resolution
+        if n % 2:
+            raise ConfigError(f"centre lines need an even system.resolution, got {n}")
+        speed = params[:, self.parameter_names.index("lid_speed")].to(torch.float64).cpu().numpy()
+        u = velocity.u[:, n // 2 - 1].to(torch.float64).cpu().numpy()  # (B, n): x = L/2, y = (j + 1/2) h
+        v = velocity.v[:, :, n // 2 - 1].to(torch.float64).cpu().numpy()  # (B, n): y = L/2
+        zeros = np.zeros((u.shape[0], 1))
+        positions = np.concatenate([[0.0], (np.arange(n) + 0.5) / n, [1.0]])
+        return CentreLines(
+            y=positions,
+            u=np.concatenate([zeros, u, speed[:, None]], axis=1),
+            x=positions,
+            v=np.concatenate([zeros, v, zeros], axis=1),
+        )
+
+    def divergence(self, velocity: FaceVelocity, params: Float[Tensor, "batch n_params"]) -> Tensor:
+        """div u at the cell centres (B, n, n)."""
+        return raw_divergence(velocity) * self.coefficients(params).inverse_spacing
