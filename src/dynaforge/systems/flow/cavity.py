@@ -88,7 +88,10 @@ class CavityConfig(SystemConfig):
     name: str = "cavity"
     ndim: int = 2
     resolution: int = checked(64, check=at_least(8.0).because("cells per side"))
+    """Cells per side n (grid spacing h = L / n); the stored fields are n x n."""
     dt: float = 0.004
+    """Time step of the SSP-RK3 scheme; a value above its estimated stability bound (from resolution,
+    lid_speed.high, reynolds.low and domain_length.low) is refused with the largest safe value."""
     steps: int = 4000
     save_every: int = 40
     domain_length: Range = field(
