@@ -69,33 +69,45 @@ class FlowCoefficients(NamedTuple):
 
 
 class PoissonSolver(NamedTuple):
-    """Solves the unit-spacing Neumann problem (delta_xx + delta_yy) phi = r with zero-mean phi, r of zero mean.
+    """Solves the unit-spacing Neumann problem (delta_xx + delta_yy) phi = r on an nx x ny grid of cells, phi
+    of zero mean, r of zero mean.
 
-    phi = Q^T ((Q r Q^T) * W) Q, Q the orthonormal DCT-II matrix of size n (Q[k, m] = s_k cos(pi k (m + 1/2)
-    / n)), W = -1 / (4 sin^2(pi k / 2n) + 4 sin^2(pi l / 2n)) and W[0, 0] = 0 (the mean is not determined).
+    phi = Qx^T ((Qx r Qy^T) * W) Qy, Q the orthonormal DCT-II matrix of its size (Q[k, m] = s_k cos(pi k
+    (m + 1/2) / n)), W = -1 / (4 sin^2(pi k / 2 nx) + 4 sin^2(pi l / 2 ny)) and W[0, 0] = 0 (the mean is not
+    determined).
     """
 
-    transform: Tensor
-    """(n, n) Q."""
+    transform_x: Tensor
+    """(nx, nx) Qx."""
+    transform_y: Tensor
+    """(ny, ny) Qy."""
     inverse_eigenvalues: Tensor
-    """(n, n) W."""
+    """(nx, ny) W."""
 
     @classmethod
-    def build(cls, n: int, dtype: torch.dtype, device: torch.device) -> PoissonSolver:
-        """Q and W in float64, rounded once to `dtype`."""
-        k = torch.arange(n, dtype=torch.float64, device=device)
-        scale = torch.full((n,), math.sqrt(2.0 / n), dtype=torch.float64, device=device)
-        scale[0] = math.sqrt(1.0 / n)  # filling a fresh tensor
-        transform = scale[:, None] * torch.cos(math.pi * k[:, None] * (k[None, :] + 0.5) / n)
-        one_axis = 4.0 * torch.sin(math.pi * k / (2 * n)) ** 2
-        eigenvalues = one_axis[:, None] + one_axis[None, :]
+    def build(cls, nx: int, dtype: torch.dtype, device: torch.device, ny: int | None = None) -> PoissonSolver:
+        """Q and W in float64, rounded once to `dtype` (`ny` defaults to `nx`)."""
+        ny = nx if ny is None else ny
+        qx, ex = dct_basis(nx, device)
+        qy, ey = dct_basis(ny, device)
+        eigenvalues = ex[:, None] + ey[None, :]
         inverse = torch.where(eigenvalues > 0, -1.0 / torch.where(eigenvalues > 0, eigenvalues, 1.0), 0.0)
-        return cls(transform.to(dtype), inverse.to(dtype))
+        return cls(qx.to(dtype), qy.to(dtype), inverse.to(dtype))
 
-    def solve(self, r: Float[Tensor, "batch n n"]) -> Float[Tensor, "batch n n"]:
-        q = self.transform
-        spectrum = torch.matmul(torch.matmul(q, r), q.T)
-        return torch.matmul(torch.matmul(q.T, spectrum * self.inverse_eigenvalues), q)
+    def solve(self, r: Float[Tensor, "batch nx ny"]) -> Float[Tensor, "batch nx ny"]:
+        qx, qy = self.transform_x, self.transform_y
+        spectrum = torch.matmul(torch.matmul(qx, r), qy.T)
+        return torch.matmul(torch.matmul(qx.T, spectrum * self.inverse_eigenvalues), qy)
+
+
+def dct_basis(n: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The orthonormal DCT-II matrix (n, n) and the eigenvalues 4 sin^2(pi k / 2n) of minus the second
+    difference with reflecting ends, float64."""
+    k = torch.arange(n, dtype=torch.float64, device=device)
+    scale = torch.full((n,), math.sqrt(2.0 / n), dtype=torch.float64, device=device)
+    scale[0] = math.sqrt(1.0 / n)  # filling a fresh tensor
+    transform = scale[:, None] * torch.cos(math.pi * k[:, None] * (k[None, :] + 0.5) / n)
+    return transform, 4.0 * torch.sin(math.pi * k / (2 * n)) ** 2
 
 
 def with_walls(velocity: FaceVelocity) -> tuple[Tensor, Tensor]:
@@ -124,22 +136,36 @@ def project(velocity: FaceVelocity, poisson: PoissonSolver) -> FaceVelocity:
 
 
 def momentum_tendency(velocity: FaceVelocity, c: FlowCoefficients) -> FaceVelocity:
-    """-(u . grad) u + nu laplacian(u) on the inner faces (the pressure gradient is the projection's)."""
+    """-(u . grad) u + nu laplacian(u) on the inner faces of the closed box (the pressure gradient is the
+    projection's)."""
     u, v = with_walls(velocity)  # (B, n+1, n), (B, n, n+1)
     walls = c.walls
     # Ghost rows beyond the walls: the tangential velocity's mean across a wall is the wall's speed.
     u_ghost = torch.cat([2 * walls.bottom - u[:, :, :1], u, 2 * walls.top - u[:, :, -1:]], dim=2)
     v_ghost = torch.cat([2 * walls.left - v[:, :1], v, 2 * walls.right - v[:, -1:]], dim=1)
+    return face_tendency(u, v, u_ghost, v_ghost, c)
+
+
+def face_tendency(
+    u: Float[Tensor, "batch nx_plus_1 ny"],
+    v: Float[Tensor, "batch nx ny_plus_1"],
+    u_ghost: Float[Tensor, "batch nx_plus_1 ny_plus_2"],
+    v_ghost: Float[Tensor, "batch nx_plus_2 ny_plus_1"],
+    c: FlowCoefficients,
+) -> FaceVelocity:
+    """-(u . grad) u + nu laplacian(u) on the inner faces, from every face value (`u`, `v`) and the ghost
+    values beyond the boundaries along each face's tangential axis (`u_ghost`: u with a ghost row below and
+    above; `v_ghost`: v with one left and right)."""
     # Products at cell centres (uu, vv) and at cell corners (uv), from two-point means.
-    u_centre = (u[:, 1:] + u[:, :-1]) * 0.5  # (B, n, n)
-    v_centre = (v[:, :, 1:] + v[:, :, :-1]) * 0.5  # (B, n, n)
-    u_corner = (u_ghost[:, :, 1:] + u_ghost[:, :, :-1]) * 0.5  # (B, n+1, n+1)
-    v_corner = (v_ghost[:, 1:] + v_ghost[:, :-1]) * 0.5  # (B, n+1, n+1)
+    u_centre = (u[:, 1:] + u[:, :-1]) * 0.5  # (B, nx, ny)
+    v_centre = (v[:, :, 1:] + v[:, :, :-1]) * 0.5  # (B, nx, ny)
+    u_corner = (u_ghost[:, :, 1:] + u_ghost[:, :, :-1]) * 0.5  # (B, nx+1, ny+1)
+    v_corner = (v_ghost[:, 1:] + v_ghost[:, :-1]) * 0.5  # (B, nx+1, ny+1)
     uu = u_centre * u_centre
     vv = v_centre * v_centre
     uv = u_corner * v_corner
-    advect_u = (uu[:, 1:] - uu[:, :-1]) + (uv[:, 1:-1, 1:] - uv[:, 1:-1, :-1])  # (B, n-1, n)
-    advect_v = (uv[:, 1:, 1:-1] - uv[:, :-1, 1:-1]) + (vv[:, :, 1:] - vv[:, :, :-1])  # (B, n, n-1)
+    advect_u = (uu[:, 1:] - uu[:, :-1]) + (uv[:, 1:-1, 1:] - uv[:, 1:-1, :-1])  # (B, nx-1, ny)
+    advect_v = (uv[:, 1:, 1:-1] - uv[:, :-1, 1:-1]) + (vv[:, :, 1:] - vv[:, :, :-1])  # (B, nx, ny-1)
     inner_u = u_ghost[:, 1:-1, 1:-1]
     inner_v = v_ghost[:, 1:-1, 1:-1]
     laplace_u = (u_ghost[:, 2:, 1:-1] - inner_u - inner_u + u_ghost[:, :-2, 1:-1]) + (
