@@ -121,7 +121,7 @@ def raw_divergence(velocity: FaceVelocity) -> Float[Tensor, "batch n n"]:
     return (u[:, 1:] - u[:, :-1]) + (v[:, :, 1:] - v[:, :, :-1])
 
 
-def face_gradient(phi: Float[Tensor, "batch n n"]) -> FaceVelocity:
+def face_gradient(phi: Float[Tensor, "batch nx ny"]) -> FaceVelocity:
     """h grad(phi) on the inner faces."""
     return FaceVelocity(phi[:, 1:] - phi[:, :-1], phi[:, :, 1:] - phi[:, :, :-1])
 
