@@ -115,7 +115,7 @@ def with_walls(velocity: FaceVelocity) -> tuple[Tensor, Tensor]:
     return F.pad(velocity.u, (0, 0, 1, 1)), F.pad(velocity.v, (1, 1))
 
 
-def raw_divergence(velocity: FaceVelocity) -> Float[Tensor, "batch n n"]:
+def raw_divergence(velocity: FaceVelocity) -> Float[Tensor, "batch nx ny"]:
     """h div(u) at the cell centres: (u_{i+1} - u_i) + (v_{j+1} - v_j)."""
     u, v = with_walls(velocity)
     return (u[:, 1:] - u[:, :-1]) + (v[:, :, 1:] - v[:, :, :-1])
