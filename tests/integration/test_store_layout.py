@@ -36,6 +36,7 @@ DEVICES = [
 ]
 SYSTEMS = {
     "burgers": (CONFIGS / "tiny.yaml", []),
+    "cavity": (CONFIGS / "cavity.yaml", ["system.resolution=16", "system.steps=4", "system.save_every=2"]),
     "nbody": (CONFIGS / "nbody_tiny.yaml", []),
     "random_cnn": (
         None,
