@@ -113,8 +113,7 @@ def tendency(velocity: FaceVelocity, channel: Channel, c: FlowCoefficients) -> F
 
 PENALTY_PROJECTIONS = 3
 """Penalise-then-project passes per stage. The projection after the penalisation lets flow back into the
-obstacle; repeating the pair shrinks what leaks in (DFG 2D-2, 41 cells across: the mean |u| inside the
-cylinder 0.056 of the mean inflow with one pass, 0.0097 with three; docs/cavity.md)."""
+obstacle; repeating the pair shrinks what leaks in (measured in docs/cavity.md, "Obstacles")."""
 
 
 def penalised_stage(
