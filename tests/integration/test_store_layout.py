@@ -37,6 +37,7 @@ DEVICES = [
 SYSTEMS = {
     "burgers": (CONFIGS / "tiny.yaml", []),
     "darcy": (CONFIGS / "darcy.yaml", ["system.resolution=9", "system.refinement=2", "system.modes=8"]),
+    "cavity": (CONFIGS / "cavity.yaml", ["system.resolution=16", "system.steps=4", "system.save_every=2"]),
     "nbody": (CONFIGS / "nbody_tiny.yaml", []),
     "random_cnn": (
         None,

@@ -23,6 +23,7 @@ from dynaforge.config import NBodyConfig, SystemConfig
 from dynaforge.errors import ConfigError
 from dynaforge.systems.base import System, SystemBase
 from dynaforge.systems.elliptic.darcy import Darcy
+from dynaforge.systems.flow.cavity import LidDrivenCavity
 from dynaforge.systems.nbody.system import NBody
 from dynaforge.systems.pde.advection import Advection
 from dynaforge.systems.pde.burgers import Burgers
@@ -44,6 +45,7 @@ SYSTEMS: dict[str, type[SystemBase]] = {
     RandomCNNSystem.name: RandomCNNSystem,
     NBody.name: NBody,
     Darcy.name: Darcy,
+    LidDrivenCavity.name: LidDrivenCavity,
 }
 """`system.name` -> the class of dynaforge's own systems (each carries `config_class` and `conserved`)."""
 
