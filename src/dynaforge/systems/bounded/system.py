@@ -116,6 +116,16 @@ class BoundedConfig(SystemConfig):
     boundary: BoundaryConfig = field(default_factory=BoundaryConfig)
     """The boundary condition of each side."""
 
+    system_class: ClassVar[type | None] = None
+    """The system this section configures (set by `BoundedSystem.__init_subclass__`)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if (
+            self.system_class is not None
+        ):  # the boundary kinds, ndim, order and dt checked as the config loads,
+            self.system_class(self)  # before anything is written (building a system allocates nothing)
+
     def parameter_names(self) -> tuple[str, ...]:
         """The `Range` fields, then `<side>_value`, `<side>_amplitude`, `<side>_frequency` per side used."""
         sides = sides_of(self.ndim) if self.ndim in (1, 2) else ()
@@ -140,6 +150,11 @@ class BoundedSystem(SystemBase):
     supported_ndim: ClassVar[tuple[int, ...]] = (1, 2)
     supported_kinds: ClassVar[tuple[str, ...]] = KINDS
     rows_per_unit: ClassVar[int] = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "config_class" in cls.__dict__:
+            cls.config_class.system_class = cls
 
     def __init__(self, config: BoundedConfig) -> None:
         if not isinstance(config, self.config_class):
