@@ -26,7 +26,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import SystemConfig
-from dynaforge.config.base import NON_NEGATIVE, Range, checked, one_of
+from dynaforge.config.base import NON_NEGATIVE, POSITIVE, Range, at_least, checked, one_of
 from dynaforge.errors import ConfigError
 from dynaforge.seeds import Rows
 from dynaforge.systems.base import (
@@ -111,6 +111,14 @@ class BoundedConfig(SystemConfig):
     """A PDE on [0, L]^d with a boundary condition per side, finite differences and explicit Runge-Kutta
     (`dynaforge.systems.bounded`, docs/bounded.md)."""
 
+    resolution: int = checked(64, check=at_least(4.0).because("grid points per axis"))
+    """Grid nodes per axis, both ends included (h = L / (resolution - 1))."""
+    domain_length: Range = field(
+        default_factory=lambda: Range(1.0, 1.0), metadata={"check": POSITIVE.because("domain length")}
+    )
+    """Length L of the domain [0, L]^d (per sample)."""
+    dt: float = checked(0.001, check=POSITIVE.because("time step"))
+    """Time step of the Runge-Kutta scheme (at most the stability bound, which a larger value's error names)."""
     order: int = checked(3, check=one_of(3, 4))
     """Runge-Kutta scheme: 3 (SSP-RK3) or 4 (classical RK4)."""
     boundary: BoundaryConfig = field(default_factory=BoundaryConfig)
