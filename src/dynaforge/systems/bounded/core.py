@@ -54,11 +54,6 @@ def side_shape(side: str, shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(n for a, n in enumerate(shape) if a != axis)
 
 
-def node_coordinates(n: int, length: float | Tensor) -> Tensor:
-    """x_j = j L / (n - 1), j = 0 .. n - 1 (both ends included), float64."""
-    return torch.arange(n, dtype=torch.float64) * (length / (n - 1))
-
-
 class Grid(NamedTuple):
     """The grid a batch is stepped on: its shape, the sides' kinds and the per-sample spacing factors."""
 
