@@ -22,6 +22,10 @@ from typing import Any
 from dynaforge.config import NBodyConfig, SystemConfig
 from dynaforge.errors import ConfigError
 from dynaforge.systems.base import System, SystemBase
+from dynaforge.systems.bounded.advection_diffusion import AdvectionDiffusionBounded
+from dynaforge.systems.bounded.burgers import BurgersBounded
+from dynaforge.systems.bounded.fisher_kpp import FisherKPPBounded
+from dynaforge.systems.bounded.heat import HeatBounded
 from dynaforge.systems.elliptic.darcy import Darcy
 from dynaforge.systems.flow.cavity import LidDrivenCavity
 from dynaforge.systems.nbody.system import NBody
@@ -46,6 +50,10 @@ SYSTEMS: dict[str, type[SystemBase]] = {
     NBody.name: NBody,
     Darcy.name: Darcy,
     LidDrivenCavity.name: LidDrivenCavity,
+    HeatBounded.name: HeatBounded,
+    AdvectionDiffusionBounded.name: AdvectionDiffusionBounded,
+    BurgersBounded.name: BurgersBounded,
+    FisherKPPBounded.name: FisherKPPBounded,
 }
 """`system.name` -> the class of dynaforge's own systems (each carries `config_class` and `conserved`)."""
 

@@ -1,0 +1,161 @@
+"""Generation speed of the bounded systems against py-pde (benchmark environment only), one thread.
+
+    python benchmarks/generate_bounded.py            # writes benchmarks/results/generate_bounded.json
+    python benchmarks/generate_bounded.py --quick    # tiny sizes, written to a temporary folder (smoke run)
+
+Cases: the heat equation u_t = nu laplacian(u) on [0, 1] (128 grid points) and [0, 1]^2 (64 x 64), u = 1 on
+the left side, du/dn = 0.5 on the right, u = 0 on the bottom and top (2D), the same nu, dt, time span and
+initial field for both. dynaforge steps a batch of samples at once with SSP-RK3 (three evaluations of the
+Laplacian per step, `heat_bounded`); py-pde 0.59 steps one sample at a time with its numba-compiled explicit
+Euler scheme (one evaluation per step: the cheapest step py-pde has, so the per-step ratio favours py-pde by
+up to 3x at equal step count). Both grids have 128 (64) points per axis, but not the same points: dynaforge's
+nodes include both ends (j / (n - 1)), py-pde's cells are centred ((j + 1/2) / n); equal error against a fine
+reference is not measured here (issue 35 item 6 asks for it). Timings exclude numba compilation (a warm-up
+run first), but each py-pde `solve` compiles its stepper again (about 1.7 s here), so two py-pde rates are
+recorded: per solve of one sample (`pypde_sample_steps_per_s`, what generating samples one by one costs) and
+of its steps alone (`pypde_steps_only_sample_steps_per_s`, from `extra_steps` more steps in one solve). Recorded:
+sample-steps per second, the ratios (> 1: dynaforge faster), the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dynaforge.atomic import atomic_write_json
+from dynaforge.config.base import Range
+from dynaforge.systems.bounded.heat import HeatBounded, HeatBoundedConfig
+from dynaforge.systems.bounded.system import BoundaryConfig, SideConfig
+from machine import load_note, machine_name
+from smoke import quick_path
+
+RESULTS = Path(__file__).resolve().parent / "results" / "generate_bounded.json"
+NU = 0.05
+
+
+def cases(quick: bool) -> list[dict]:
+    if quick:
+        return [
+            {"ndim": 1, "n": 32, "steps": 20, "samples": 4, "pypde_samples": 1, "extra_steps": 200},
+            {"ndim": 2, "n": 16, "steps": 10, "samples": 2, "pypde_samples": 1, "extra_steps": 200},
+        ]
+    return [
+        {"ndim": 1, "n": 128, "steps": 1000, "samples": 256, "pypde_samples": 4, "extra_steps": 20000},
+        {"ndim": 2, "n": 64, "steps": 200, "samples": 32, "pypde_samples": 2, "extra_steps": 20000},
+    ]
+
+
+def dynaforge_system(case: dict) -> HeatBounded:
+    sides = BoundaryConfig(
+        left=SideConfig(value=Range(1.0, 1.0)),
+        right=SideConfig(kind="neumann", value=Range(0.5, 0.5)),
+    )
+    h = 1.0 / (case["n"] - 1)
+    dt = 0.5 * 2.5 / (4 * NU * case["ndim"] / h**2)  # half the SSP-RK3 bound
+    config = HeatBoundedConfig(
+        ndim=case["ndim"],
+        resolution=case["n"],
+        dt=dt,
+        steps=case["steps"],
+        save_every=case["steps"],
+        diffusivity=Range(NU, NU),
+        boundary=sides,
+        dtype="float64",
+    )
+    return HeatBounded(config)
+
+
+def time_dynaforge(system: HeatBounded, samples: int) -> tuple[float, np.ndarray]:
+    drawn = system.draw_samples([np.random.default_rng(seed) for seed in range(samples)])
+    system.rollout(drawn.initial[:1], drawn.params[:1], steps=2, save_every=1)  # warm-up
+    start = time.perf_counter()
+    fields = system.rollout(drawn.initial, drawn.params).fields
+    return time.perf_counter() - start, fields[0, -1, 0].numpy()
+
+
+def time_pypde(system: HeatBounded, case: dict) -> tuple[float, float, np.ndarray]:
+    """Seconds for `pypde_samples` solves (one sample each, as a generator would call py-pde), the
+    sample-steps/s of its steps alone, and the last final state."""
+    import numba  # benchmark-only peers, imported here so that --help works without them
+    import pde
+
+    numba.set_num_threads(1)
+    n, ndim = case["n"], case["ndim"]
+    grid = pde.CartesianGrid([[0.0, 1.0]] * ndim, [n] * ndim)
+    bc_x = [{"value": 1.0}, {"derivative": 0.5}]
+    bc = [bc_x, [{"value": 0.0}, {"value": 0.0}]] if ndim == 2 else [bc_x]
+    equation = pde.DiffusionPDE(diffusivity=NU, bc=bc)
+    drawn = system.draw_samples([np.random.default_rng(0)])
+    state = pde.ScalarField(grid, drawn.initial[0, 0].numpy())
+    dt, t_end = system.config.dt, system.config.dt * case["steps"]
+    solve = {
+        "t_range": t_end,
+        "dt": dt,
+        "solver": "euler",
+        "adaptive": False,
+        "tracker": None,
+    }
+    equation.solve(state, **{**solve, "t_range": 2 * dt})  # warm-up: numba compiles
+    start = time.perf_counter()
+    for _ in range(case["pypde_samples"]):
+        final = equation.solve(state, **solve)
+    per_call = time.perf_counter() - start
+    start = time.perf_counter()
+    equation.solve(state, **{**solve, "t_range": t_end + dt * case["extra_steps"]})
+    longer = time.perf_counter() - start
+    # each solve compiles its stepper again (about 1.7 s here); the extra steps of a longer run
+    # time the steps alone
+    marginal = case["extra_steps"] / max(longer - per_call / case["pypde_samples"], 1e-9)
+    return per_call, marginal, final.data
+
+
+def run_case(case: dict) -> dict:
+    system = dynaforge_system(case)
+    seconds, ours = time_dynaforge(system, case["samples"])
+    peer_seconds, peer_marginal, theirs = time_pypde(system, case)
+    ours_rate = case["samples"] * case["steps"] / seconds
+    theirs_rate = case["pypde_samples"] * case["steps"] / peer_seconds
+    return {
+        "case": f"heat {case['ndim']}D, {case['n']} points per axis, nu={NU}, {case['steps']} steps of dt={system.config.dt:.3g}",
+        "boundary": "u = 1 left, du/dn = 0.5 right" + (", u = 0 bottom and top" if case["ndim"] == 2 else ""),
+        "dynaforge_samples": case["samples"],
+        "dynaforge_sample_steps_per_s": ours_rate,
+        "pypde_sample_steps_per_s": theirs_rate,
+        "ratio": ours_rate / theirs_rate,
+        "pypde_steps_only_sample_steps_per_s": peer_marginal,
+        "ratio_steps_only": ours_rate / peer_marginal,
+        "final_mean_dynaforge": float(ours.mean()),
+        "final_mean_pypde": float(theirs.mean()),
+        "threads": 1,
+        "machine": machine_name(),
+        "load": load_note(),
+        "pypde": __import__("pde").__version__,
+        "torch": torch.__version__,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, written to a temporary folder")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    out = quick_path(args.out) if args.quick else args.out
+    records = []
+    for case in cases(args.quick):
+        record = run_case(case)
+        print(json.dumps(record, indent=1))
+        records.append(record)
+    atomic_write_json(out, records)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

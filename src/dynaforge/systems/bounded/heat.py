@@ -1,0 +1,33 @@
+"""Heat (diffusion) equation on a bounded domain: u_t = nu laplacian(u), boundary conditions per side."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from dynaforge.config.base import POSITIVE, Range
+from dynaforge.systems.bounded.core import Stencils
+from dynaforge.systems.bounded.system import BoundedConfig, BoundedSystem
+
+
+@dataclass
+class HeatBoundedConfig(BoundedConfig):
+    """u_t = nu laplacian(u) on [0, L]^d."""
+
+    name: str = "heat_bounded"
+    diffusivity: Range = field(
+        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("diffusivity")}
+    )
+    """Diffusion coefficient nu (per sample)."""
+
+
+class HeatBounded(BoundedSystem):
+    name = "heat_bounded"
+    config_class = HeatBoundedConfig
+
+    def tendency(self, stencils: Stencils, params: dict[str, Tensor]) -> Tensor:
+        return params["diffusivity"] * stencils.laplacian()
+
+    def rate_extents(self) -> tuple[float, float]:
+        return self.diffusion_extent("diffusivity"), 0.0
