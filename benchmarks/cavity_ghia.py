@@ -2,13 +2,13 @@
 1,000, each of the 17 tabulated points beside dynaforge's value, with the largest error in lid speeds (issue
 35's band: 0.02) and the time to reach the steady state.
 
-    python benchmarks/cavity_ghia.py --resolution 128 --dtype float32   # writes benchmarks/results/cavity_ghia.json
-    python benchmarks/cavity_ghia.py --quick    # smoke run: Re = 100 at 16 x 16, loose tolerance, temporary folder
+    python benchmarks/cavity_ghia.py --resolution 128 --dtype float32   # results/cavity_ghia.json
+    python benchmarks/cavity_ghia.py --quick   # smoke run: Re = 100, 16 x 16, tolerance 1e-2, temp folder
 
-Writes the standard records (one per Reynolds number: case, baseline, metric, dynaforge, baseline_value, ratio,
-notes): metric the largest |error| in lid speeds over both centre lines, baseline_value the band 0.02, ratio
-band / error (above 1: inside the band); the centre-line values themselves go to cavity_ghia.detail.json
-beside it.
+Writes the standard records (one per Reynolds number: case, baseline, metric, dynaforge, baseline_value,
+ratio, notes): metric the largest |error| in lid speeds over both centre lines, baseline_value the band
+0.02, ratio band / error (above 1: inside the band); the centre-line values themselves go to
+cavity_ghia.detail.json beside it.
 
 The tables are tests/physics/ghia_1982.py (the test suite checks Re = 100 at 32 x 32 and Re = 1000 at
 64 x 64); dynaforge's values are interpolated between the faces by a cubic spline through the wall values.
@@ -102,12 +102,12 @@ def record(run: dict, machine: str, threads: int) -> dict[str, object]:
         "baseline_value": BAND,
         "ratio": BAND / error,
         "notes": (
-            f"accuracy, not speed: dynaforge = largest |dynaforge - Ghia| in lid speeds over the 17 tabulated "
-            f"points of each centre line (u on x = 1/2: {run['max_error_u']!r}; v on y = 1/2: "
-            f"{run['max_error_v']!r}), baseline_value = issue 35's band, ratio = band / error (above 1: inside "
-            f"the band); steady state (change < tolerance per unit time) after {run['steps']} steps of "
-            f"dt = {run['dt']!r} (t = {run['steps'] * run['dt']:.1f}), {run['seconds']!r} s to reach it with "
-            f"{threads} thread(s); centre-line values in cavity_ghia.detail.json; {machine}"
+            f"accuracy, not speed: dynaforge = largest |dynaforge - Ghia| in lid speeds over the 17 "
+            f"tabulated points of each centre line (u on x = 1/2: {run['max_error_u']!r}; v on y = 1/2: "
+            f"{run['max_error_v']!r}), baseline_value = issue 35's band, ratio = band / error (above 1: "
+            f"inside the band); steady state (change < tolerance per unit time) after {run['steps']} steps "
+            f"of dt = {run['dt']!r} (t = {run['steps'] * run['dt']:.1f}), {run['seconds']!r} s to reach it "
+            f"with {threads} thread(s); centre-line values in cavity_ghia.detail.json; {machine}"
         ),
     }
 

@@ -97,12 +97,12 @@ def records(run: dict, machine: str, threads: int) -> list[dict[str, object]]:
                 "baseline_value": half,
                 "ratio": half / deviation if deviation > 0 else None,
                 "notes": (
-                    f"accuracy, not speed: {NAMES[key]} measured {value!r} against the reference {reference:g}, "
-                    f"band [{low:.4f}, {high:.4f}] (issue 35); dynaforge = |measured - reference|, "
-                    f"baseline_value = the band's half-width, ratio = half-width / |deviation| (above 1: inside "
-                    f"the band); {run['periods']} shedding periods, {run['steps']} steps of dt = {run['dt']!r}, "
-                    f"eta = {run['eta']:g}, {run['seconds']!r} s with {threads} thread(s){command}; "
-                    f"{run.get('machine', machine)}"
+                    f"accuracy, not speed: {NAMES[key]} measured {value!r} against the reference "
+                    f"{reference:g}, band [{low:.4f}, {high:.4f}] (issue 35); dynaforge = |measured - "
+                    f"reference|, baseline_value = the band's half-width, ratio = half-width / |deviation| "
+                    f"(above 1: inside the band); {run['periods']} shedding periods, {run['steps']} steps of "
+                    f"dt = {run['dt']!r}, eta = {run['eta']:g}, {run['seconds']!r} s with {threads} "
+                    f"thread(s){command}; {run.get('machine', machine)}"
                 ),
             }
         )

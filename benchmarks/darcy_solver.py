@@ -84,10 +84,10 @@ def records(row: dict, machine: str) -> list[dict[str, object]]:
                 "baseline_value": direct,
                 "ratio": direct / cg,
                 "notes": (
-                    f"ratio = scipy / CG (above 1: dynaforge faster); dynaforge: batched preconditioned CG of "
-                    f"{row['cg_batch']} samples, best of 2 solves / batch, {row['cg_iterations_mean']!r} "
-                    f"iterations on average; scipy: assembly + SuperLU solve of one sample, best of 2 samples; "
-                    f"one thread; {machine}"
+                    f"ratio = scipy / CG (above 1: dynaforge faster); dynaforge: batched preconditioned CG "
+                    f"of {row['cg_batch']} samples, best of 2 solves / batch, {row['cg_iterations_mean']!r} "
+                    f"iterations on average; scipy: assembly + SuperLU solve of one sample, best of 2 "
+                    f"samples; one thread; {machine}"
                 ),
             }
         )
