@@ -11,9 +11,10 @@ Euler scheme (one evaluation per step: the cheapest step py-pde has, so the per-
 up to 3x at equal step count). Both grids have 128 (64) points per axis, but not the same points: dynaforge's
 nodes include both ends (j / (n - 1)), py-pde's cells are centred ((j + 1/2) / n); equal error against a fine
 reference is not measured here (issue 35 item 6 asks for it). Timings exclude numba compilation (a warm-up
-run first), but each py-pde `solve` compiles its stepper again (about 1.7 s here), so two py-pde rates are
-recorded: per solve of one sample (`pypde_sample_steps_per_s`, what generating samples one by one costs) and
-of its steps alone (`pypde_steps_only_sample_steps_per_s`, from `extra_steps` more steps in one solve).
+run first), but each py-pde `solve` compiles its stepper again (2.1 s per solve in 1D, 4.5 s in 2D beyond
+its steps in the recorded run; each record's notes give it), so two py-pde rates are recorded: per solve
+of one sample (`pypde_sample_steps_per_s`, what generating samples one by one costs) and of its steps alone
+(`pypde_steps_only_sample_steps_per_s`, from `extra_steps` more steps in one solve).
 
 Writes the standard records (case, baseline, metric, dynaforge, baseline_value, ratio, notes), two per case,
 metric sample-steps/s, ratio > 1: dynaforge faster: against py-pde per solve (its recompilation counted: what
@@ -115,7 +116,7 @@ def time_pypde(system: HeatBounded, case: dict) -> tuple[float, float, np.ndarra
     start = time.perf_counter()
     equation.solve(state, **{**solve, "t_range": t_end + dt * case["extra_steps"]})
     longer = time.perf_counter() - start
-    # each solve compiles its stepper again (about 1.7 s here); the extra steps of a longer run
+    # each solve compiles its stepper again (seconds per solve); the extra steps of a longer run
     # time the steps alone
     marginal = case["extra_steps"] / max(longer - per_call / case["pypde_samples"], 1e-9)
     return per_call, marginal, final.data
@@ -163,9 +164,9 @@ def records(run: dict) -> list[dict]:
             "ratio": run["ratio_steps_only"],
             "notes": (
                 f"ratio > 1: dynaforge faster; the stepping-only ratio: py-pde's rate from the extra steps "
-                f"of a longer solve, its per-solve compile time ({overhead:.2f} s) excluded (with it "
-                f"counted, per solve: {run['pypde_sample_steps_per_s']!r} sample-steps/s, ratio "
-                f"{run['ratio']!r}); {common}"
+                f"of a longer solve, its per-solve compile time ({overhead:.2f} s per solve beyond its "
+                f"steps) excluded (with it counted, per solve: {run['pypde_sample_steps_per_s']!r} "
+                f"sample-steps/s, ratio {run['ratio']!r}); {common}"
             ),
         },
     ]
