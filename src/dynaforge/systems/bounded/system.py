@@ -42,7 +42,7 @@ from dynaforge.systems.batching import (
     block_values_for,
     pad_rows,
     power_of_two_block,
-    sample_blocks,
+    run_blocks,
     trajectory_buffer,
 )
 from dynaforge.systems.bounded.core import (
@@ -56,7 +56,7 @@ from dynaforge.systems.bounded.core import (
     stable_dt,
 )
 from dynaforge.systems.pde.initial import draw_from_range, draw_initial_field
-from dynaforge.threads import run_pieces, serialised
+from dynaforge.threads import serialised
 
 SIDE_PARAMETERS = ("value", "amplitude", "frequency")
 """The per-sample numbers of one side, stored as parameters `<side>_<name>`."""
@@ -386,11 +386,6 @@ class BoundedSystem(SystemBase):
                 on_step=None if report is None else lambda: report(count),
             )
 
-        blocks = sample_blocks(initial.shape[0], self.block_samples(device))
-        if device.type == "cpu":
-            run_pieces(run_block, blocks)
-        else:  # one device stream: the thread count does not touch the arithmetic
-            for rows in blocks:
-                run_block(rows)
+        run_blocks(run_block, initial.shape[0], self.block_samples(device), device)
         time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
         return Trajectories(frames, time)

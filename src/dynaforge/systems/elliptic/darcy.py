@@ -46,11 +46,11 @@ from dynaforge.systems.batching import (
     block_values_for,
     pad_rows,
     power_of_two_block,
-    sample_blocks,
+    run_blocks,
 )
 from dynaforge.systems.elliptic.five_point import solve
 from dynaforge.systems.pde.initial import draw_from_range
-from dynaforge.threads import run_pieces, serialised
+from dynaforge.threads import serialised
 
 BLOCK_VALUES = 2**18
 """A CPU block solves about this many solve-grid values (at least `LANES` samples: 16 of the 193 x 193 grid
@@ -272,11 +272,6 @@ class Darcy(SystemBase):
             if report is not None:
                 report(count)
 
-        blocks = sample_blocks(initial.shape[0], block)
-        if device.type == "cpu":
-            run_pieces(run_block, blocks)
-        else:  # one device stream: the thread count does not touch the arithmetic
-            for rows in blocks:
-                run_block(rows)
+        run_blocks(run_block, initial.shape[0], block, device)
         time = torch.tensor([0.0, self.config.dt], dtype=torch.float64)
         return Trajectories(fields, time)

@@ -47,7 +47,7 @@ from dynaforge.systems.batching import (
     pad_rows,
     power_of_two_block,
     rows_for_lanes,
-    sample_blocks,
+    run_blocks,
     trajectory_buffer,
 )
 from dynaforge.systems.pde.capture import CapturedSteps
@@ -450,12 +450,7 @@ class SpectralSystem(SystemBase):
                 if report is not None:
                     report(count)
 
-        blocks = sample_blocks(initial.shape[0], self.block_samples(device))
-        if device.type == "cpu":
-            run_pieces(run_block, blocks)
-        else:  # one device stream: the thread count does not touch the arithmetic
-            for rows in blocks:
-                run_block(rows)
+        run_blocks(run_block, initial.shape[0], self.block_samples(device), device)
         time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
         return Trajectories(frames, time)
 
