@@ -112,6 +112,8 @@ class SystemBase:
     config_class: ClassVar[type]
     conserved: ClassVar[tuple[str, ...]] = ()
     config: Any
+    channels: int
+    ndim: int
 
     def config_identity(self, device: str) -> dict[str, Any]:
         """The system's config as it determines the arrays generated on `device` (a device name of
@@ -119,6 +121,23 @@ class SystemBase:
         config as it is. A system whose arrays depend on the device beyond the last bits (random CNN:
         `precision: auto`) writes what the setting resolves to there."""
         return config_to_dict(self.config)
+
+    @property
+    def channel_names(self) -> tuple[str, ...]:
+        """Default: u for one channel, u0, u1, ... for several."""
+        return default_channel_names(self.channels)
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        """Default: x, y, z, the first `ndim` of them."""
+        return AXIS_NAMES[: self.ndim]
+
+    def sample_rows(
+        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
+    ) -> SampleRows:
+        """Default, for a system with `draw_samples` and `rollout`: `rows`, each drawn from its own seed,
+        rolled out together (`rows_from_seeds`)."""
+        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
 
     def rollout_lengths(
         self,

@@ -28,14 +28,10 @@ from torch import Tensor
 from dynaforge.config import SystemConfig
 from dynaforge.config.base import NON_NEGATIVE, POSITIVE, Range, at_least, checked, one_of
 from dynaforge.errors import ConfigError
-from dynaforge.seeds import Rows
 from dynaforge.systems.base import (
     InitialStates,
-    SampleRows,
     SystemBase,
     Trajectories,
-    default_channel_names,
-    rows_from_seeds,
 )
 from dynaforge.systems.batching import (
     LANES,
@@ -302,19 +298,6 @@ class BoundedSystem(SystemBase):
         return values
 
     # ---- what the store keeps -------------------------------------------------------------------
-
-    @property
-    def channel_names(self) -> tuple[str, ...]:
-        return default_channel_names(self.channels)
-
-    @property
-    def axis_names(self) -> tuple[str, ...]:
-        return ("x", "y")[: self.ndim]
-
-    def sample_rows(
-        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
-    ) -> SampleRows:
-        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
 
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """The nodes x_j = j L / (n - 1) of every axis, per sample (both ends included)."""

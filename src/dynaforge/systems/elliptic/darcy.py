@@ -39,8 +39,7 @@ from torch import Tensor
 from dynaforge.config import SystemConfig
 from dynaforge.config.base import AT_LEAST_ONE, POSITIVE, Range, between, one_of
 from dynaforge.errors import ConfigError
-from dynaforge.seeds import Rows
-from dynaforge.systems.base import InitialStates, SampleRows, SystemBase, Trajectories, rows_from_seeds
+from dynaforge.systems.base import InitialStates, SystemBase, Trajectories
 from dynaforge.systems.batching import (
     LANES,
     block_values_for,
@@ -191,11 +190,6 @@ class Darcy(SystemBase):
             params.append([draw_from_range(getattr(self.config, name), rng) for name in self.parameter_names])
             fields.append(draw_permeability(self.config, rng)[None])
         return InitialStates(torch.tensor(params, dtype=torch.float64), torch.from_numpy(np.stack(fields)))
-
-    def sample_rows(
-        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
-    ) -> SampleRows:
-        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
 
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """x_i = i L / (s - 1), both ends included, per sample and axis (N, s)."""

@@ -15,8 +15,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import NBodyConfig
-from dynaforge.seeds import Rows
-from dynaforge.systems.base import InitialStates, SampleRows, SystemBase, Trajectories, rows_from_seeds
+from dynaforge.systems.base import InitialStates, SystemBase, Trajectories
 from dynaforge.systems.batching import LANES, block_samples, pad_rows, run_blocks
 from dynaforge.systems.nbody.control import StepController, build_controller, rollout_to_times
 from dynaforge.systems.nbody.initial import draw_system
@@ -101,12 +100,6 @@ class NBody(SystemBase):
         position = torch.stack([column["external_x"], column["external_y"], column["external_z"]], dim=1)
         external = column["external_mass"]
         return BodyParams(masses, column["softening"], external, position, bool((external > 0).any()))
-
-    def sample_rows(
-        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
-    ) -> SampleRows:
-        """`rows`, each drawn from its own seed, rolled out together."""
-        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
 
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
         return {}

@@ -32,15 +32,11 @@ from torch import Tensor
 
 from dynaforge.config import SystemConfig
 from dynaforge.errors import ConfigError
-from dynaforge.seeds import Rows
 from dynaforge.systems.base import (
     InitialStates,
-    SampleRows,
     SystemBase,
     Trajectories,
-    default_channel_names,
     grid_coordinates,
-    rows_from_seeds,
 )
 from dynaforge.systems.batching import (
     block_values_for,
@@ -237,20 +233,6 @@ class SpectralSystem(SystemBase):
     # ---- what the store keeps -------------------------------------------------------------------
 
     rows_per_unit: ClassVar[int] = 1
-
-    @property
-    def channel_names(self) -> tuple[str, ...]:
-        return default_channel_names(self.channels)
-
-    @property
-    def axis_names(self) -> tuple[str, ...]:
-        return ("x", "y", "z")[: self.ndim]
-
-    def sample_rows(
-        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
-    ) -> SampleRows:
-        """`rows`, each drawn from its own seed, rolled out together."""
-        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
 
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """The grid x_j = j L / n of every axis, per sample (L: the sample's `domain_length`)."""
