@@ -230,18 +230,9 @@ class Darcy(SystemBase):
         Blocks are padded to their full size on every device, so each solve call has one shape whatever the
         batch (a batch of one solves a whole block of copies)."""
         n = self.config.solve_points
-        if initial.ndim != 4 or tuple(initial.shape[1:]) != (1, n, n):
-            raise ConfigError(
-                f"darcy: the permeability must have shape (batch, 1, {n}, {n}) (the solve grid of "
-                f"system.resolution and system.refinement), got {tuple(initial.shape)}; add a leading batch "
-                f"axis for a single sample"
-            )
+        solve_grid = " (the permeability a on the solve grid of system.resolution and system.refinement)"
+        self.check_batch(initial, params, (1, n, n), solve_grid)
         names = self.parameter_names
-        if params.shape != (initial.shape[0], len(names)):
-            raise ConfigError(
-                f"darcy: params must have shape (batch, {len(names)}) with columns {names}, got "
-                f"{tuple(params.shape)}"
-            )
         device = initial.device
         block = self.block_samples(device)
         report = serialised(on_step)

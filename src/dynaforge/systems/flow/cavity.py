@@ -232,11 +232,7 @@ class LidDrivenCavity(SystemBase):
         `save_every`-th step. `on_step(samples)` is called after every step of a block."""
         steps = self.config.steps if steps is None else steps
         save_every = self.config.save_every if save_every is None else save_every
-        if params.ndim != 2 or params.shape[1] != len(self.parameter_names):
-            raise ConfigError(
-                f"{self.name}: params must have shape (batch, {len(self.parameter_names)}) with columns "
-                f"{self.parameter_names}, got {tuple(params.shape)}"
-            )
+        self.check_params(params)
         device = params.device
         batch = params.shape[0]
         start = self.at_rest(batch, device) if initial is None else initial
