@@ -136,6 +136,16 @@ class BoundedConfig(SystemConfig):
         return super().parameter_names() + tuple(f"{s}_{p}" for s in sides for p in SIDE_PARAMETERS)
 
 
+@dataclass
+class DiffusiveBoundedConfig(BoundedConfig):
+    """A bounded system whose equation has the diffusion term nu laplacian(u)."""
+
+    diffusivity: Range = field(
+        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("diffusivity")}
+    )
+    """Diffusion coefficient nu (per sample)."""
+
+
 def floor_significant(value: float, digits: int = 3) -> float:
     """`value` rounded down to `digits` significant digits (a safe step to suggest)."""
     scale = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
