@@ -112,6 +112,8 @@ class SystemBase:
     config_class: ClassVar[type]
     conserved: ClassVar[tuple[str, ...]] = ()
     config: Any
+    channels: int
+    ndim: int
 
     def config_identity(self, device: str) -> dict[str, Any]:
         """The system's config as it determines the arrays generated on `device` (a device name of
@@ -119,6 +121,23 @@ class SystemBase:
         config as it is. A system whose arrays depend on the device beyond the last bits (random CNN:
         `precision: auto`) writes what the setting resolves to there."""
         return config_to_dict(self.config)
+
+    @property
+    def channel_names(self) -> tuple[str, ...]:
+        """Default: u for one channel, u0, u1, ... for several."""
+        return default_channel_names(self.channels)
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        """Default: x, y, z, the first `ndim` of them."""
+        return AXIS_NAMES[: self.ndim]
+
+    def sample_rows(
+        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
+    ) -> SampleRows:
+        """Default, for a system with `draw_samples` and `rollout`: `rows`, each drawn from its own seed,
+        rolled out together (`rows_from_seeds`)."""
+        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
 
     def rollout_lengths(
         self,
@@ -129,24 +148,31 @@ class SystemBase:
         state: tuple[int, ...],
         axes: str = "",
     ) -> tuple[int, int]:
-        """(steps, save_every) of a `rollout` call, the config's where not given, after checking that
-        `initial` is (batch, *state) and `params` (batch, parameters); `axes` says in the message what the
-        state's axes are (e.g. the N-body channels)."""
+        """(steps, save_every) of a `rollout` call, the config's where not given, after `check_batch`."""
+        self.check_batch(initial, params, state, axes)
+        return (
+            self.config.steps if steps is None else steps,
+            self.config.save_every if save_every is None else save_every,
+        )
+
+    def check_batch(self, initial: Tensor, params: Tensor, state: tuple[int, ...], axes: str = "") -> None:
+        """Raise a `ConfigError` unless `initial` is (batch, *state) and `params` (batch, parameters); `axes`
+        says in the message what the state's axes are (e.g. the N-body channels)."""
         if initial.ndim != len(state) + 1 or tuple(initial.shape[1:]) != state:
             raise ConfigError(
                 f"{self.name}: initial state must have shape (batch, {', '.join(map(str, state))}){axes}, got "
                 f"{tuple(initial.shape)}; add a leading batch axis for a single sample"
             )
+        self.check_params(params, initial.shape[0])
+
+    def check_params(self, params: Tensor, batch: int | None = None) -> None:
+        """Raise a `ConfigError` unless `params` is (batch, parameters), any batch where `batch` is None."""
         names = self.parameter_names
-        if params.shape != (initial.shape[0], len(names)):
+        if params.ndim != 2 or params.shape[1] != len(names) or batch not in (None, params.shape[0]):
             raise ConfigError(
                 f"{self.name}: params must have shape (batch, {len(names)}) with columns {names}, "
                 f"got {tuple(params.shape)}"
             )
-        return (
-            self.config.steps if steps is None else steps,
-            self.config.save_every if save_every is None else save_every,
-        )
 
     def divergence_cause(self) -> str:
         """The likely reason a rollout produced NaN or Inf when every parameter is inside its declared range,

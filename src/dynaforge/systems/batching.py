@@ -22,11 +22,13 @@ import ctypes
 import math
 import mmap
 import sys
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from dynaforge.allocator import LIBC
+from dynaforge.threads import run_pieces
 
 LANES = 16
 """Blocks hold a multiple of this many samples: 16 float64 or complex64 values, or 8 complex128 values, are
@@ -66,6 +68,18 @@ def power_of_two_block(values_per_sample: int, block_values: int, multiple: int 
 def sample_blocks(batch: int, block: int) -> list[slice]:
     """Consecutive row ranges of at most `block` samples covering `batch` samples."""
     return [slice(start, min(start + block, batch)) for start in range(0, batch, block)]
+
+
+def run_blocks(run_block: Callable[[slice], None], batch: int, block: int, device: torch.device) -> None:
+    """`run_block(rows)` for the blocks of at most `block` samples covering `batch` samples: side by side on
+    worker threads on the CPU, one after the other on an accelerator (one device stream, so the thread
+    count does not touch the arithmetic). Blocks must write disjoint rows."""
+    blocks = sample_blocks(batch, block)
+    if device.type == "cpu":
+        run_pieces(run_block, blocks)
+    else:
+        for rows in blocks:
+            run_block(rows)
 
 
 def rows_for_lanes(values_per_row: int) -> int:

@@ -8,20 +8,16 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from dynaforge.config.base import POSITIVE, Range
+from dynaforge.config.base import Range
 from dynaforge.systems.bounded.core import Stencils
-from dynaforge.systems.bounded.system import BoundedConfig, BoundedSystem
+from dynaforge.systems.bounded.system import BoundedSystem, DiffusiveBoundedConfig
 
 
 @dataclass
-class AdvectionDiffusionBoundedConfig(BoundedConfig):
+class AdvectionDiffusionBoundedConfig(DiffusiveBoundedConfig):
     """u_t + c . grad(u) = nu laplacian(u) on [0, L]^d."""
 
     name: str = "advection_diffusion_bounded"
-    diffusivity: Range = field(
-        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("diffusivity")}
-    )
-    """Diffusion coefficient nu (per sample)."""
     velocity_x: Range = field(default_factory=lambda: Range(1.0, 1.0))
     """x component of the advecting velocity (per sample)."""
     velocity_y: Range = field(default_factory=lambda: Range(0.0, 0.0))

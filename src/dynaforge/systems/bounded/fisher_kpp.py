@@ -1,4 +1,4 @@
-"""Fisher-KPP reaction-diffusion on a bounded domain: u_t = D laplacian(u) + r u (1 - u), boundary
+"""Fisher-KPP reaction-diffusion on a bounded domain: u_t = nu laplacian(u) + r u (1 - u), boundary
 conditions per side. Initial fields are mapped to [0, 1] (u0 = (1 + f / a) / 2 for a field f of
 `normalize: max` with amplitude a), the range the equation keeps."""
 
@@ -9,20 +9,16 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import Tensor
 
-from dynaforge.config.base import NON_NEGATIVE, POSITIVE, Range
+from dynaforge.config.base import NON_NEGATIVE, Range
 from dynaforge.systems.bounded.core import Stencils
-from dynaforge.systems.bounded.system import BoundedConfig, BoundedSystem
+from dynaforge.systems.bounded.system import BoundedSystem, DiffusiveBoundedConfig
 
 
 @dataclass
-class FisherKPPBoundedConfig(BoundedConfig):
-    """u_t = D laplacian(u) + r u (1 - u) on [0, L]^d."""
+class FisherKPPBoundedConfig(DiffusiveBoundedConfig):
+    """u_t = nu laplacian(u) + r u (1 - u) on [0, L]^d."""
 
     name: str = "fisher_kpp_bounded"
-    diffusivity: Range = field(
-        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("diffusivity")}
-    )
-    """Diffusion coefficient D (per sample)."""
     reaction_rate: Range = field(
         default_factory=lambda: Range(1.0, 1.0), metadata={"check": NON_NEGATIVE.because("growth rate")}
     )

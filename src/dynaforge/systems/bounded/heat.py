@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import Tensor
 
-from dynaforge.config.base import POSITIVE, Range
 from dynaforge.systems.bounded.core import Stencils
-from dynaforge.systems.bounded.system import BoundedConfig, BoundedSystem
+from dynaforge.systems.bounded.system import BoundedSystem, DiffusiveBoundedConfig
 
 
 @dataclass
-class HeatBoundedConfig(BoundedConfig):
+class HeatBoundedConfig(DiffusiveBoundedConfig):
     """u_t = nu laplacian(u) on [0, L]^d."""
 
     name: str = "heat_bounded"
-    diffusivity: Range = field(
-        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("diffusivity")}
-    )
-    """Diffusion coefficient nu (per sample)."""
 
 
 class HeatBounded(BoundedSystem):

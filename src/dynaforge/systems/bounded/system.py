@@ -28,21 +28,17 @@ from torch import Tensor
 from dynaforge.config import SystemConfig
 from dynaforge.config.base import NON_NEGATIVE, POSITIVE, Range, at_least, checked, one_of
 from dynaforge.errors import ConfigError
-from dynaforge.seeds import Rows
 from dynaforge.systems.base import (
     InitialStates,
-    SampleRows,
     SystemBase,
     Trajectories,
-    default_channel_names,
-    rows_from_seeds,
 )
 from dynaforge.systems.batching import (
     LANES,
     block_values_for,
     pad_rows,
     power_of_two_block,
-    sample_blocks,
+    run_blocks,
     trajectory_buffer,
 )
 from dynaforge.systems.bounded.core import (
@@ -56,7 +52,7 @@ from dynaforge.systems.bounded.core import (
     stable_dt,
 )
 from dynaforge.systems.pde.initial import draw_from_range, draw_initial_field
-from dynaforge.threads import run_pieces, serialised
+from dynaforge.threads import serialised
 
 SIDE_PARAMETERS = ("value", "amplitude", "frequency")
 """The per-sample numbers of one side, stored as parameters `<side>_<name>`."""
@@ -138,6 +134,16 @@ class BoundedConfig(SystemConfig):
         """The `Range` fields, then `<side>_value`, `<side>_amplitude`, `<side>_frequency` per side used."""
         sides = sides_of(self.ndim) if self.ndim in (1, 2) else ()
         return super().parameter_names() + tuple(f"{s}_{p}" for s in sides for p in SIDE_PARAMETERS)
+
+
+@dataclass
+class DiffusiveBoundedConfig(BoundedConfig):
+    """A bounded system whose equation has the diffusion term nu laplacian(u)."""
+
+    diffusivity: Range = field(
+        default_factory=lambda: Range(0.01, 0.01), metadata={"check": POSITIVE.because("diffusivity")}
+    )
+    """Diffusion coefficient nu (per sample)."""
 
 
 def floor_significant(value: float, digits: int = 3) -> float:
@@ -303,19 +309,6 @@ class BoundedSystem(SystemBase):
 
     # ---- what the store keeps -------------------------------------------------------------------
 
-    @property
-    def channel_names(self) -> tuple[str, ...]:
-        return default_channel_names(self.channels)
-
-    @property
-    def axis_names(self) -> tuple[str, ...]:
-        return ("x", "y")[: self.ndim]
-
-    def sample_rows(
-        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
-    ) -> SampleRows:
-        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
-
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """The nodes x_j = j L / (n - 1) of every axis, per sample (both ends included)."""
         lengths = params[:, list(self.parameter_names).index("domain_length")]
@@ -386,11 +379,6 @@ class BoundedSystem(SystemBase):
                 on_step=None if report is None else lambda: report(count),
             )
 
-        blocks = sample_blocks(initial.shape[0], self.block_samples(device))
-        if device.type == "cpu":
-            run_pieces(run_block, blocks)
-        else:  # one device stream: the thread count does not touch the arithmetic
-            for rows in blocks:
-                run_block(rows)
+        run_blocks(run_block, initial.shape[0], self.block_samples(device), device)
         time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
         return Trajectories(frames, time)

@@ -39,18 +39,17 @@ from torch import Tensor
 from dynaforge.config import SystemConfig
 from dynaforge.config.base import AT_LEAST_ONE, POSITIVE, Range, between, one_of
 from dynaforge.errors import ConfigError
-from dynaforge.seeds import Rows
-from dynaforge.systems.base import InitialStates, SampleRows, SystemBase, Trajectories, rows_from_seeds
+from dynaforge.systems.base import InitialStates, SystemBase, Trajectories
 from dynaforge.systems.batching import (
     LANES,
     block_values_for,
     pad_rows,
     power_of_two_block,
-    sample_blocks,
+    run_blocks,
 )
 from dynaforge.systems.elliptic.five_point import solve
 from dynaforge.systems.pde.initial import draw_from_range
-from dynaforge.threads import run_pieces, serialised
+from dynaforge.threads import serialised
 
 BLOCK_VALUES = 2**18
 """A CPU block solves about this many solve-grid values (at least `LANES` samples: 16 of the 193 x 193 grid
@@ -192,11 +191,6 @@ class Darcy(SystemBase):
             fields.append(draw_permeability(self.config, rng)[None])
         return InitialStates(torch.tensor(params, dtype=torch.float64), torch.from_numpy(np.stack(fields)))
 
-    def sample_rows(
-        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
-    ) -> SampleRows:
-        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
-
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """x_i = i L / (s - 1), both ends included, per sample and axis (N, s)."""
         lengths = params[:, list(self.parameter_names).index("domain_length")]
@@ -236,18 +230,9 @@ class Darcy(SystemBase):
         Blocks are padded to their full size on every device, so each solve call has one shape whatever the
         batch (a batch of one solves a whole block of copies)."""
         n = self.config.solve_points
-        if initial.ndim != 4 or tuple(initial.shape[1:]) != (1, n, n):
-            raise ConfigError(
-                f"darcy: the permeability must have shape (batch, 1, {n}, {n}) (the solve grid of "
-                f"system.resolution and system.refinement), got {tuple(initial.shape)}; add a leading batch "
-                f"axis for a single sample"
-            )
+        solve_grid = " (the permeability a on the solve grid of system.resolution and system.refinement)"
+        self.check_batch(initial, params, (1, n, n), solve_grid)
         names = self.parameter_names
-        if params.shape != (initial.shape[0], len(names)):
-            raise ConfigError(
-                f"darcy: params must have shape (batch, {len(names)}) with columns {names}, got "
-                f"{tuple(params.shape)}"
-            )
         device = initial.device
         block = self.block_samples(device)
         report = serialised(on_step)
@@ -272,11 +257,6 @@ class Darcy(SystemBase):
             if report is not None:
                 report(count)
 
-        blocks = sample_blocks(initial.shape[0], block)
-        if device.type == "cpu":
-            run_pieces(run_block, blocks)
-        else:  # one device stream: the thread count does not touch the arithmetic
-            for rows in blocks:
-                run_block(rows)
+        run_blocks(run_block, initial.shape[0], block, device)
         time = torch.tensor([0.0, self.config.dt], dtype=torch.float64)
         return Trajectories(fields, time)

@@ -31,7 +31,7 @@ from dynaforge.systems.batching import (
     block_values_for,
     pad_rows,
     power_of_two_block,
-    sample_blocks,
+    run_blocks,
     trajectory_buffer,
 )
 from dynaforge.systems.flow.mac import (
@@ -46,7 +46,7 @@ from dynaforge.systems.flow.mac import (
     stable_time_step,
 )
 from dynaforge.systems.pde.initial import draw_from_range
-from dynaforge.threads import run_pieces, serialised
+from dynaforge.threads import serialised
 
 BLOCK_VALUES = 2**15
 """A CPU rollout steps its batch in blocks of about this many cell values (u, v and p of each sample: 8
@@ -232,11 +232,7 @@ class LidDrivenCavity(SystemBase):
         `save_every`-th step. `on_step(samples)` is called after every step of a block."""
         steps = self.config.steps if steps is None else steps
         save_every = self.config.save_every if save_every is None else save_every
-        if params.ndim != 2 or params.shape[1] != len(self.parameter_names):
-            raise ConfigError(
-                f"{self.name}: params must have shape (batch, {len(self.parameter_names)}) with columns "
-                f"{self.parameter_names}, got {tuple(params.shape)}"
-            )
+        self.check_params(params)
         device = params.device
         batch = params.shape[0]
         start = self.at_rest(batch, device) if initial is None else initial
@@ -260,12 +256,7 @@ class LidDrivenCavity(SystemBase):
                 if report is not None:
                     report(count)
 
-        blocks = sample_blocks(batch, block)
-        if device.type == "cpu":
-            run_pieces(run_block, blocks)
-        else:  # one device stream: the thread count does not touch the arithmetic
-            for rows in blocks:
-                run_block(rows)
+        run_blocks(run_block, batch, block, device)
         time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
         return Trajectories(frames, time)
 

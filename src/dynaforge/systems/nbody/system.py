@@ -15,9 +15,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import NBodyConfig
-from dynaforge.seeds import Rows
-from dynaforge.systems.base import InitialStates, SampleRows, SystemBase, Trajectories, rows_from_seeds
-from dynaforge.systems.batching import LANES, block_samples, pad_rows, sample_blocks
+from dynaforge.systems.base import InitialStates, SystemBase, Trajectories
+from dynaforge.systems.batching import LANES, block_samples, pad_rows, run_blocks
 from dynaforge.systems.nbody.control import StepController, build_controller, rollout_to_times
 from dynaforge.systems.nbody.initial import draw_system
 from dynaforge.systems.nbody.physics import (
@@ -31,7 +30,7 @@ from dynaforge.systems.nbody.physics import (
     gravity,
 )
 from dynaforge.systems.nbody.schemes import scheme_named
-from dynaforge.threads import run_pieces, serialised
+from dynaforge.threads import serialised
 
 BLOCK_PAIR_VALUES = 2**19
 """A dataset rollout steps about this many pair-separation values at a time (672 systems of 16 bodies):
@@ -102,12 +101,6 @@ class NBody(SystemBase):
         external = column["external_mass"]
         return BodyParams(masses, column["softening"], external, position, bool((external > 0).any()))
 
-    def sample_rows(
-        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
-    ) -> SampleRows:
-        """`rows`, each drawn from its own seed, rolled out together."""
-        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
-
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
         return {}
 
@@ -151,12 +144,7 @@ class NBody(SystemBase):
             for frame, saved_state in enumerate(saved):
                 fields[rows, frame] = state_to_channels(saved_state)[:count]  # disjoint rows per block
 
-        blocks = sample_blocks(initial.shape[0], self.block_samples())
-        if initial.device.type == "cpu":
-            run_pieces(run_block, blocks)
-        else:  # one device stream: the thread count does not touch the arithmetic
-            for rows in blocks:
-                run_block(rows)
+        run_blocks(run_block, initial.shape[0], self.block_samples(), initial.device)
         time = torch.arange(n_frames, dtype=torch.float64) * interval
         return Trajectories(fields, time)
 

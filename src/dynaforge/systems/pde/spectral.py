@@ -32,22 +32,18 @@ from torch import Tensor
 
 from dynaforge.config import SystemConfig
 from dynaforge.errors import ConfigError
-from dynaforge.seeds import Rows
 from dynaforge.systems.base import (
     InitialStates,
-    SampleRows,
     SystemBase,
     Trajectories,
-    default_channel_names,
     grid_coordinates,
-    rows_from_seeds,
 )
 from dynaforge.systems.batching import (
     block_values_for,
     pad_rows,
     power_of_two_block,
     rows_for_lanes,
-    sample_blocks,
+    run_blocks,
     trajectory_buffer,
 )
 from dynaforge.systems.pde.capture import CapturedSteps
@@ -237,20 +233,6 @@ class SpectralSystem(SystemBase):
     # ---- what the store keeps -------------------------------------------------------------------
 
     rows_per_unit: ClassVar[int] = 1
-
-    @property
-    def channel_names(self) -> tuple[str, ...]:
-        return default_channel_names(self.channels)
-
-    @property
-    def axis_names(self) -> tuple[str, ...]:
-        return ("x", "y", "z")[: self.ndim]
-
-    def sample_rows(
-        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
-    ) -> SampleRows:
-        """`rows`, each drawn from its own seed, rolled out together."""
-        return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
 
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """The grid x_j = j L / n of every axis, per sample (L: the sample's `domain_length`)."""
@@ -450,12 +432,7 @@ class SpectralSystem(SystemBase):
                 if report is not None:
                     report(count)
 
-        blocks = sample_blocks(initial.shape[0], self.block_samples(device))
-        if device.type == "cpu":
-            run_pieces(run_block, blocks)
-        else:  # one device stream: the thread count does not touch the arithmetic
-            for rows in blocks:
-                run_block(rows)
+        run_blocks(run_block, initial.shape[0], self.block_samples(device), device)
         time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
         return Trajectories(frames, time)
 

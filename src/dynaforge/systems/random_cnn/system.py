@@ -11,7 +11,7 @@ import torch
 
 from dynaforge.config import ConfigError, InitialConfig, RandomCNNConfig, config_to_dict, resolve_device
 from dynaforge.seeds import SPLIT_IDS, Rows, sample_seed
-from dynaforge.systems.base import SampleRows, SystemBase, default_channel_names, grid_coordinates
+from dynaforge.systems.base import SampleRows, SystemBase, grid_coordinates
 from dynaforge.systems.pde.spectral import draw_initial_field
 from dynaforge.systems.random_cnn.features import feature_names, trajectory_features
 from dynaforge.systems.random_cnn.grouped import OperatorBatch, conv_precision, generate_operators
@@ -58,10 +58,6 @@ class RandomCNNSystem(SystemBase):
     @property
     def parameter_names(self) -> tuple[str, ...]:
         return (*(name for name, _ in self.dimensions), "domain_length")
-
-    @property
-    def channel_names(self) -> tuple[str, ...]:
-        return default_channel_names(self.channels)
 
     @property
     def feature_names(self) -> tuple[str, ...]:
