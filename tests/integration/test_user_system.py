@@ -11,9 +11,11 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 import dynaforge
 from dynaforge.config import ConfigError, load_config
+from dynaforge.seeds import Rows
 from dynaforge.systems import build_system
 from tests.conftest import run_cli
 
@@ -146,3 +148,21 @@ def test_a_user_system_builds_like_a_builtin(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.syspath_prepend(str(EXAMPLES))
     system = build_system(load_config(CONFIG).system)
     assert system.name == "swift_hohenberg" and system.parameter_names == ("domain_length", "r", "g2")
+
+
+def test_a_system_with_no_way_to_make_rows_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `SystemBase` subclass with neither `sample_rows` nor `draw_samples` + `rollout` is a config error
+    naming the class and what it lacks, not an AttributeError from inside dynaforge."""
+    (tmp_path / "half_pdes.py").write_text(
+        "from dynaforge.systems.base import SystemBase\n"
+        "from swift_hohenberg import SwiftHohenberg\n"
+        "class Half(SwiftHohenberg):  # the base's row making, with no way to draw samples\n"
+        "    draw_samples = None\n"
+        "    sample_rows = SystemBase.sample_rows\n"
+    )
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = load_config(CONFIG, ["system.name=half_pdes:Half"])
+    system = build_system(config.system)
+    with pytest.raises(ConfigError, match="half_pdes:Half defines neither sample_rows nor draw_samples:"):
+        system.sample_rows(Rows("train", 0, 2, 0), torch.device("cpu"))

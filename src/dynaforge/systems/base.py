@@ -137,6 +137,12 @@ class SystemBase:
     ) -> SampleRows:
         """Default, for a system with `draw_samples` and `rollout`: `rows`, each drawn from its own seed,
         rolled out together (`rows_from_seeds`)."""
+        missing = [name for name in ("draw_samples", "rollout") if not callable(getattr(self, name, None))]
+        if missing:
+            raise ConfigError(
+                f"system {type(self).__module__}:{type(self).__qualname__} defines neither sample_rows nor "
+                f"{' and '.join(missing)}: a system gives its rows either way (docs/user-systems.md)"
+            )
         return rows_from_seeds(self.draw_samples, self.rollout, rows, device, on_steps)
 
     def rollout_lengths(
