@@ -17,7 +17,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 from dynaforge.cli import main
-from dynaforge.config import MODEL_CONFIGS, Config, config_to_dict, load_config
+from dynaforge.config import MODEL_CONFIGS, Config, FNOConfig, UNetConfig, config_to_dict, load_config
 from dynaforge.data import Normalizer
 from dynaforge.evaluate.rollout import rollouts
 from dynaforge.export.onnx_export import (
@@ -309,3 +309,17 @@ def test_the_latent_stacks_flow_net_exports_and_matches_onnxruntime(
     }
     (velocity,) = session.run(["velocity"], feeds)
     assert velocity.shape == (5, 1, n)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [FNOConfig(width=8, modes=4, layers=2, projection=16, domain_padding=0.25), UNetConfig(padding="zeros")],
+)
+def test_models_for_walled_data_export_and_match_onnxruntime(
+    model: FNOConfig | UNetConfig, tmp_path: Path, tiny_data: Path, one_thread: None
+) -> None:
+    """The FNO's domain padding (pad, then crop) and the U-Net's zero padding survive the ONNX export."""
+    shape = ModelShape(channels=1, history=1, horizon=1)
+    write_random_checkpoint(tmp_path / "run", model.name, shape, tiny_data, Config(model=model))
+    result = export_run(tmp_path / "run", tmp_path / "model.onnx")  # raises above tolerance
+    assert all(check.relative < 1e-4 for check in result.checks)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dynaforge.config import FNOConfig, UNetConfig, config_to_dict, load_config
+from dynaforge.config import ConfigError, FNOConfig, UNetConfig, config_to_dict, load_config
 from dynaforge.models import (
     MODELS,
     ModelInput,
@@ -249,3 +249,35 @@ def test_unet_1d_parameter_names_are_unchanged() -> None:
     assert set(state) == expected | {"output.weight", "output.bias"}
     assert state["encoders.0.layers.0.weight"].shape == (8, 2, 3)
     assert state["decoders.0.layers.0.weight"].shape == (16, 48, 3)
+
+
+@pytest.mark.parametrize("spatial", [(32,), (16, 12)])
+def test_fno_domain_padding_drops_the_periodic_assumption(spatial: tuple[int, ...]) -> None:
+    """With `domain_padding` the FNO sees zeros beyond the far wall instead of the other wall: a circularly
+    shifted input no longer gives the shifted output (it does without: test_fno_commutes_with_periodic_shifts);
+    the output keeps the input's grid, and gradients flow."""
+    config = FNOConfig(width=8, modes=4, layers=2, projection=16, residual=False, domain_padding=0.25)
+    torch.manual_seed(0)
+    model = build_model(config, ModelShape(channels=1, history=1, horizon=1, spatial_dims=len(spatial)))
+    frames = torch.randn(2, 1, 1, *spatial, dtype=torch.float32, requires_grad=True)
+    output = model(ModelInput(frames=frames)).frames
+    output.sum().backward()
+    assert output.shape == frames.shape and torch.isfinite(frames.grad).all()
+    shifted = model(ModelInput(frames=torch.roll(frames, 4, dims=-1))).frames
+    assert not torch.allclose(shifted, torch.roll(output, 4, dims=-1), atol=1e-4)
+    with pytest.raises(ConfigError, match="domain_padding"):
+        FNOConfig(domain_padding=1.5)
+
+
+@pytest.mark.parametrize("padding", ["circular", "zeros", "replicate"])
+def test_unet_padding_decides_whether_the_grid_has_edges(padding: str) -> None:
+    """A uniform field: with circular padding every convolution sees no edge, so the output is uniform too;
+    zero padding (walls) makes the points next to the edges differ; replicate padding keeps a uniform field
+    uniform, as circular does."""
+    config = UNetConfig(channels=8, levels=3, residual=False, padding=padding)
+    torch.manual_seed(0)
+    model = build_model(config, ModelShape(channels=1, history=1, horizon=1)).eval()
+    with torch.inference_mode():
+        output = model(ModelInput(frames=torch.full((1, 1, 1, 32), 0.7))).frames[0, 0, 0]
+    uniform = bool((output - output[16]).abs().max() < 1e-5)
+    assert uniform == (padding != "zeros"), (output - output[16]).abs().max()

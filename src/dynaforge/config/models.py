@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dynaforge.config.base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, ConfigError, check_values, checked
+from dynaforge.config.base import (
+    AT_LEAST_ONE,
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+    check_values,
+    checked,
+)
 
 
 @dataclass
@@ -48,6 +56,11 @@ class FNOConfig(ModelConfig):
     """Initial spectral weights: `small` (Li et al.'s, uniform in [0, 1 / width^2): every block starts as
     almost only its pointwise path) or `normal` (complex Gaussian, standard deviation sqrt(2 / (2 width)),
     as neuraloperator's FNO: the spectral path starts as strong as the pointwise one)."""
+    domain_padding: float = checked(0.0, check=FRACTION)
+    """For fields that are not periodic (walls, inflow, Darcy): after the lift, every spatial axis is
+    extended by this fraction of its points with zeros at its far end, and the extension is cut off before
+    the projection, so that the spectral convolutions do not wrap one wall onto the other (Li et al.'s
+    Darcy experiments pad so). 0 (the default) on periodic data."""
 
     def __post_init__(self) -> None:
         check_values(self)
@@ -55,7 +68,7 @@ class FNOConfig(ModelConfig):
 
 @dataclass
 class UNetConfig(ModelConfig):
-    """A small U-Net with periodic (circular) padding: `levels` resolutions, channels doubling per level."""
+    """A small U-Net (circular padding by default: `padding`): `levels` resolutions, channels doubling per level."""
 
     name: str = "unet"
     channels: int = checked(16, check=AT_LEAST_ONE)
@@ -64,6 +77,9 @@ class UNetConfig(ModelConfig):
     """Resolutions (the finest included); each coarser level halves the grid."""
     kernel_size: int = checked(3, check=AT_LEAST_ONE)
     """Odd width of every convolution kernel."""
+    padding: Literal["circular", "zeros", "replicate", "reflect"] = "circular"
+    """How every convolution pads the grid's edges: `circular` for periodic data (the default); `zeros`,
+    `replicate` or `reflect` for fields with walls (bounded systems, Darcy, the cavity)."""
 
     def __post_init__(self) -> None:
         check_values(self)

@@ -83,7 +83,8 @@ class FNOBlock(nn.Module):
 
 
 class FNO(GridModel):
-    """Fourier neural operator on periodic grids with 1 (or more) spatial axes; see the module docstring."""
+    """Fourier neural operator on grids with 1 (or more) spatial axes, periodic ones unless
+    `domain_padding`; see the module docstring."""
 
     config: FNOConfig
 
@@ -123,8 +124,17 @@ class FNO(GridModel):
         if self.config.coordinates:
             fields = torch.cat([fields, grid_coordinates(fields)], dim=-1)
         hidden = self.lift(fields)  # (B, *space, width)
+        space = hidden.shape[1:-1]
+        extra = [round(self.config.domain_padding * n) for n in space]
+        if any(extra):  # zeros at the far end of every axis (channels last: the last pair is the channels')
+            pads = [0, 0]
+            for e in reversed(extra):
+                pads += [0, e]
+            hidden = nn.functional.pad(hidden, pads)
         for block in self.blocks:
             hidden = block(hidden)
+        if any(extra):
+            hidden = hidden[(slice(None), *(slice(0, n) for n in space))]
         return channels_last_to_first(self.project(hidden), lead=1)
 
 

@@ -26,17 +26,24 @@ UPSAMPLING = {1: "linear", 2: "bilinear", 3: "trilinear"}
 
 
 class ConvBlock(nn.Module):
-    """Two [circular conv, GroupNorm, GELU] layers."""
+    """Two [conv, GroupNorm, GELU] layers (convolutions padded by `padding`: circular for periodic data)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, spatial_dims: int = 1) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        spatial_dims: int = 1,
+        padding_mode: str = "circular",
+    ) -> None:
         super().__init__()
         conv = CONVOLUTIONS[spatial_dims]
         padding = kernel_size // 2
         self.layers = nn.Sequential(
-            conv(in_channels, out_channels, kernel_size, padding=padding, padding_mode="circular"),
+            conv(in_channels, out_channels, kernel_size, padding=padding, padding_mode=padding_mode),
             nn.GroupNorm(groups_for(out_channels), out_channels),
             nn.GELU(),
-            conv(out_channels, out_channels, kernel_size, padding=padding, padding_mode="circular"),
+            conv(out_channels, out_channels, kernel_size, padding=padding, padding_mode=padding_mode),
             nn.GroupNorm(groups_for(out_channels), out_channels),
             nn.GELU(),
         )
@@ -60,11 +67,13 @@ class UNet(GridModel):
         dims = shape.spatial_dims
         widths = [config.channels * 2**level for level in range(config.levels)]
         self.encoders = nn.ModuleList(
-            ConvBlock(c_in, c_out, config.kernel_size, dims)
+            ConvBlock(c_in, c_out, config.kernel_size, dims, config.padding)
             for c_in, c_out in zip([shape.in_channels, *widths[:-1]], widths)
         )
         self.decoders = nn.ModuleList(
-            ConvBlock(widths[level + 1] + widths[level], widths[level], config.kernel_size, dims)
+            ConvBlock(
+                widths[level + 1] + widths[level], widths[level], config.kernel_size, dims, config.padding
+            )
             for level in reversed(range(config.levels - 1))
         )
         self.output = CONVOLUTIONS[dims](widths[0], shape.out_channels, kernel_size=1)
