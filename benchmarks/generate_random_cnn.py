@@ -263,9 +263,9 @@ def gpu_conv_peak(dtype: torch.dtype, device: torch.device) -> float:
     return flops / best / 1e12
 
 
-def run_on_device(args: argparse.Namespace, device: torch.device) -> list[dict]:
-    """The same operators on a GPU: the straightforward loop on the GPU against `generate_operators` there."""
-    overrides = [
+def system_overrides(args: argparse.Namespace) -> list[str]:
+    """The random_cnn system of the command line's sizes and operator space."""
+    return [
         "system.name=random_cnn",
         f"system.resolution={args.resolution}",
         f"system.steps={args.steps}",
@@ -274,6 +274,11 @@ def run_on_device(args: argparse.Namespace, device: torch.device) -> list[dict]:
         f"system.max_group={args.max_group}",
         *(FEW_ARCHITECTURES if args.space == "few-architectures" else []),
     ]
+
+
+def run_on_device(args: argparse.Namespace, device: torch.device) -> list[dict]:
+    """The same operators on a GPU: the straightforward loop on the GPU against `generate_operators` there."""
+    overrides = system_overrides(args)
     system = build_system(load_config(None, overrides).system)
     assert isinstance(system, RandomCNNSystem)
     n, m = args.operators, args.realizations
@@ -356,15 +361,7 @@ def run_on_device(args: argparse.Namespace, device: torch.device) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> list[dict]:
-    overrides = [
-        "system.name=random_cnn",
-        f"system.resolution={args.resolution}",
-        f"system.steps={args.steps}",
-        f"system.realizations={args.realizations}",
-        f"system.channels={args.channels}",
-        f"system.max_group={args.max_group}",
-        *(FEW_ARCHITECTURES if args.space == "few-architectures" else []),
-    ]
+    overrides = system_overrides(args)
 
     def system_for(*extra: str) -> RandomCNNSystem:
         system = build_system(load_config(None, [*overrides, *extra]).system)
