@@ -5,11 +5,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
+APE_VENV := .venv-apebench
+APE_STAMP := $(APE_VENV)/.installed
 CONSTRAINTS := constraints/cpu.txt
 # The constraints also reach pip's isolated build environment through PIP_CONSTRAINT.
 PIP_ENV := PIP_CONSTRAINT=$(abspath $(CONSTRAINTS)) PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: install run test test-reproducibility lint docs bench bench-env bench-check bench-smoke clean
+.PHONY: install run test test-reproducibility lint docs bench bench-env bench-env-apebench bench-check bench-smoke clean
 
 install: $(STAMP)
 
@@ -86,9 +88,18 @@ $(BENCH_STAMP): pyproject.toml $(CONSTRAINTS) constraints/bench.txt benchmarks/r
 	$(PIP_ENV) $(BENCH_VENV)/bin/python -m pip install -q -c $(CONSTRAINTS) -c constraints/bench.txt -r benchmarks/requirements.txt
 	touch $(BENCH_STAMP)
 
+# APEBench pins exponax 0.1.0 (.venv-bench holds 0.2.0): its own environment, for benchmarks/apebench.py
+# (which runs itself there when started from another interpreter).
+bench-env-apebench: $(APE_STAMP)
+
+$(APE_STAMP): pyproject.toml $(CONSTRAINTS) constraints/bench-apebench.txt benchmarks/requirements-apebench.txt
+	$(PYTHON) -m venv $(APE_VENV)
+	$(PIP_ENV) $(APE_VENV)/bin/python -m pip install -q -c $(CONSTRAINTS) -c constraints/bench-apebench.txt -e . -r benchmarks/requirements-apebench.txt
+	touch $(APE_STAMP)
+
 # Every benchmark script (benchmarks/smoke.py lists them: benchmarks/*.py but its helper modules) at its
 # full size; the figures go to benchmarks/results/.
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) $(APE_STAMP)
 	@for script in $$($(PYTHON) benchmarks/smoke.py --list); do \
 		echo "== $$script"; \
 		$(BENCH_VENV)/bin/python $$script || exit 1; \
@@ -102,8 +113,8 @@ bench-check:
 # benchmarks/results/), BENCH_SMOKE_JOBS at a time (most run on one thread), the seconds of each printed.
 # CI runs it so that no benchmark rots.
 BENCH_SMOKE_JOBS ?= 2
-bench-smoke: bench-check $(BENCH_STAMP)
+bench-smoke: bench-check $(BENCH_STAMP) $(APE_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/smoke.py --jobs $(BENCH_SMOKE_JOBS)
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(APE_VENV) .pytest_cache .ruff_cache
