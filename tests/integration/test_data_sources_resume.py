@@ -148,17 +148,17 @@ def test_two_gloo_ranks_stream_disjoint_samples(tmp_path: Path) -> None:
         """
         import json, os, sys
         from dynaforge.cli import main
-        from dynaforge.data import stream
+        from dynaforge.data import mixture
 
         made = []
-        generate = stream.generate_frames
+        generate = mixture.MixturePlan.rows
 
-        def recording(system, rows, device):
-            if rows.split == "train":
-                made.extend(range(rows.start, rows.stop))
-            return generate(system, rows, device)
+        def recording(plan, split, start, stop, device):
+            if split == "train":
+                made.extend(range(start, stop))
+            return generate(plan, split, start, stop, device)
 
-        stream.generate_frames = recording
+        mixture.MixturePlan.rows = recording
         code = main(sys.argv[1:])
         with open(os.environ["OUT_DIR"] + f"/rank{os.environ['RANK']}.json", "w") as f:
             json.dump(made, f)
