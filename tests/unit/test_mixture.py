@@ -138,3 +138,15 @@ def test_the_cli_refuses_a_bad_mixture_with_one_line_and_writes_nothing(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error:") and "resolution" in err[0]
     assert not out.exists()
+
+
+def test_the_universal_presets_share_one_grid_and_one_model() -> None:
+    pretrain = load_config(REPO / "configs" / "universal_pretrain.yaml")
+    finetune = load_config(REPO / "configs" / "universal_finetune.yaml")
+    plan = mixture_plan(pretrain)
+    assert plan.names == ["burgers", "heat", "ks"] and plan.shape == (64,) and plan.channels == 1
+    held_out = finetune.system
+    assert held_out.name not in plan.names and held_out.resolution == 64
+    assert held_out.n_frames == pretrain.mixture[0].system.n_frames == 21
+    assert finetune.model == pretrain.model  # what --from checks
+    assert (finetune.data.history, finetune.data.horizon) == (pretrain.data.history, pretrain.data.horizon)
