@@ -34,11 +34,21 @@ POLL_SECONDS = 1.0
 def generate_in_worker(
     config: Config, stats: dict[str, Any], device: str, block: int, tasks: Any, results: Any
 ) -> None:
-    """A generator process: blocks of `block` train samples of `config`'s stream, until a None task."""
+    """A generator process: blocks of `block` train samples of `config`'s stream, until a None task or the
+    trainer's end (a SIGKILLed trainer sends nothing: the worker sees its parent gone and leaves)."""
     torch.set_num_threads(1)
+    parent = mp.parent_process()
     try:
         plan, normalizer = mixture_plan(config), Normalizer.from_stats(stats)
-        while (task := tasks.get()) is not None:
+        while True:
+            try:
+                task = tasks.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                if parent is not None and not parent.is_alive():
+                    return
+                continue
+            if task is None:
+                return
             local, first = task
             frames = normalized_block(plan, normalizer, first, block, torch.device(device))
             results.put((local, frames.cpu()))
