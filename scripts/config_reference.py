@@ -143,7 +143,11 @@ def list_section(name: str, cls: type, doc: str) -> str:
     text = f"## `{name}`\n\n{doc} Default: `[]`.\n\n{class_text(cls)}\n\n"
     docs = field_docs(cls)
     entries = [
-        (f"{name}[i].{f.name}", "(section)" if f.name == "system" else shown(default_of(f)), docs.get(f.name, ""))
+        (
+            f"{name}[i].{f.name}",
+            "(section)" if f.name == "system" else shown(default_of(f)),
+            docs.get(f.name, ""),
+        )
         for f in dataclasses.fields(cls)
     ]
     return text + table(entries)
