@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dynaforge.config import MODEL_CONFIGS, Config
+from dynaforge.config import MODEL_CONFIGS, Config, MixtureMember
 from dynaforge.systems import SYSTEMS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "config.md"
@@ -137,6 +137,22 @@ def chosen_sections(name: str, choices: dict[str, type], doc: str) -> str:
     return text
 
 
+def list_section(name: str, cls: type, doc: str) -> str:
+    """A section that is a list of `cls` items (default: empty), each item's keys as `name[i].key`; an item's
+    `system` is any `system` section above."""
+    text = f"## `{name}`\n\n{doc} Default: `[]`.\n\n{class_text(cls)}\n\n"
+    docs = field_docs(cls)
+    entries = [
+        (
+            f"{name}[i].{f.name}",
+            "(section)" if f.name == "system" else shown(default_of(f)),
+            docs.get(f.name, ""),
+        )
+        for f in dataclasses.fields(cls)
+    ]
+    return text + table(entries)
+
+
 def render() -> str:
     docs = field_docs(Config)
     parts = [HEADER]
@@ -147,6 +163,8 @@ def render() -> str:
             parts.append(chosen_sections("system", choices, doc) + USER_SYSTEMS)
         elif field.name == "model":
             parts.append(chosen_sections("model", dict(MODEL_CONFIGS), doc))
+        elif field.name == "mixture":
+            parts.append(list_section("mixture", MixtureMember, doc))
         else:
             parts.append(section(field.name, typing.get_type_hints(Config)[field.name], doc))
     return "\n".join(parts)

@@ -194,7 +194,8 @@ def train(
     **options: Any,
 ) -> TrainSummary:
     """Train `config`'s model on dataset `data` (a folder or an opened `Dataset`) into run folder `out`
-    (`dynaforge.train.train`); `options` are its own: progress, overwrite, resume, profile_steps.
+    (`dynaforge.train.train`); `options` are its own: progress, overwrite, resume, profile_steps, init_from
+    (a run folder whose surrogate training starts from: fine-tuning).
     Open the trained run with `load_run(out)`.
 
     >>> import dynaforge

@@ -16,6 +16,7 @@ from torch.utils.data import DistributedSampler
 from dynaforge.config import ConfigError, load_config
 from dynaforge.data import MemoryTrajectories, Normalizer, WindowDataset
 from dynaforge.data.lazy import LazyTrajectories
+from dynaforge.data.mixture import mixture_plan
 from dynaforge.data.order import EpochOrder, Rounds
 from dynaforge.data.sources import window_sources
 from dynaforge.data.stream import StreamedTrajectories, generate_frames, statistics_of
@@ -40,9 +41,8 @@ def streamed(
 ) -> StreamedTrajectories:
     config = load_config(TINY, config_overrides)
     return StreamedTrajectories(
-        build_system(config.system),
+        mixture_plan(config),
         normalizer,
-        config.dataset.seed,
         torch.device("cpu"),
         buffer=buffer,
         reuse=reuse,

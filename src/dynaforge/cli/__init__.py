@@ -164,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", required=True, help="run folder to create (or to continue, with --resume)")
     add_resume_argument(train, "its last checkpoint")
     train.add_argument(
+        "--from",
+        dest="init_from",
+        default=None,
+        metavar="RUN",
+        help="fine-tune: start from the weights of RUN's surrogate (a run folder of `dynaforge train`)",
+    )
+    train.add_argument(
         "--resume-from-artifact",
         default=None,
         metavar="REF",

@@ -231,6 +231,8 @@ def run_train(args: argparse.Namespace) -> int:
         raise ConfigError(f"--profile takes a number of steps >= 0, got {args.profile}")
     stage, overrides = stage_override(args.overrides)
     if stage is not None:
+        if args.init_from is not None:
+            raise ConfigError("--from fine-tunes a surrogate; the staged stack (stage=...) trains without it")
         return run_train_stages(args, stage, overrides)
     config = load_config(args.config, overrides)
     if args.resume_from_artifact:
@@ -244,6 +246,7 @@ def run_train(args: argparse.Namespace) -> int:
         progress=progress_of(args),
         resume=args.resume or bool(args.resume_from_artifact),
         profile_steps=args.profile,
+        init_from=args.init_from,
     )
     if int(os.environ.get("RANK", "0")) > 0:
         return 0

@@ -25,6 +25,7 @@ from dynaforge.config.load import (
     resolve_device,
     save_config,
 )
+from dynaforge.config.mixture import MixtureMember, check_mixture
 from dynaforge.config.models import (
     MODEL_CONFIGS,
     FlowNetConfig,
@@ -91,6 +92,7 @@ __all__ = [
     "FlowNetConfig",
     "InitialConfig",
     "LatentConfig",
+    "MixtureMember",
     "ModelConfig",
     "NBodyConfig",
     "NBodyInitialConfig",
@@ -118,6 +120,7 @@ __all__ = [
     "WandbConfig",
     "apply_train_preset",
     "check_fields",
+    "check_mixture",
     "config_differences",
     "config_from_dict",
     "config_to_dict",

@@ -51,6 +51,9 @@ class StreamConfig:
     trajectories."""
     reuse: int = checked(4, check=AT_LEAST_ONE)
     """Rounds each trajectory is drawn in before it is replaced; must divide `buffer`."""
+    workers: int = checked(0, check=NON_NEGATIVE.because("generator processes"))
+    """Processes that generate the trajectories (spawned, one solver thread each); 0 generates in a thread
+    of the training process. The trajectories do not depend on it."""
 
     def __post_init__(self) -> None:
         check_values(self)
@@ -83,7 +86,7 @@ class DataConfig:
     Read by the window task trained from a dataset folder (not by the latent stack's stages)."""
     num_workers: int = checked(0, check=NON_NEGATIVE)
     """DataLoader worker processes; 0 reads in the main process (with `reading: lazy` each worker opens its
-    own HDF5 handles and holds its own buffer). Not used by the stream, which generates in a thread."""
+    own HDF5 handles and holds its own buffer). Not used by the stream, which has `data.stream.workers`."""
     pin_memory: bool | None = None
     """Page-locked host batches for fast copies to a GPU; null means yes when training on CUDA."""
     start_method: Literal["forkserver", "spawn", "fork"] = "forkserver"

@@ -22,6 +22,7 @@ from dynaforge.atomic import atomic_write_text
 from dynaforge.config.base import ConfigError, Range, check_fields
 from dynaforge.config.data import DataConfig, DatasetConfig
 from dynaforge.config.evaluate import EvaluateConfig
+from dynaforge.config.mixture import MixtureMember, check_mixture
 from dynaforge.config.models import MODEL_CONFIGS, FNOConfig, ModelConfig
 from dynaforge.config.nbody import LEGACY_TIMESTEPPER_KEYS, NBodyConfig, TimestepperConfig
 from dynaforge.config.stack import StagesConfig
@@ -62,6 +63,17 @@ class Config:
     """The hyper-parameter search of `dynaforge tune` (ignored by the other verbs)."""
     twophase: TwoPhaseConfig = field(default_factory=TwoPhaseConfig)
     """Two-phase (equilibrium propagation) training of an energy-based model."""
+    mixture: list[MixtureMember] = field(default_factory=list)
+    """Systems the stream draws trajectories from, each with a weight (empty: `system` alone; a mixture
+    trains from the stream only, docs/mixture.md)."""
+
+    def __post_init__(self) -> None:
+        check_mixture(self.mixture)
+        if self.mixture and self.data.source != "stream":
+            raise ConfigError(
+                "a mixture is generated while training runs: set data.source=stream (or drop `mixture` "
+                "to use the dataset folder's system)"
+            )
 
 
 def load_config(path: str | Path | Config | None = None, overrides: Sequence[str] = ()) -> Config:
@@ -83,13 +95,15 @@ def load_config(path: str | Path | Config | None = None, overrides: Sequence[str
             raise ConfigError(f"override {item!r} is not of the form key.sub=value")
     try:
         # A Range written as a plain number is expanded first, so that `x.low=...` can override it.
-        base = OmegaConf.create(_expand_range_shorthand(Config, OmegaConf.to_container(base)))
+        expanded = _expand_range_shorthand(Config, OmegaConf.to_container(base))
+        base = OmegaConf.create(_mixture_by_index(expanded))
         merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
         data = OmegaConf.to_container(merged, resolve=True)
-    except OmegaConfBaseException as error:
+    except (OmegaConfBaseException, TypeError) as error:
         raise ConfigError(f"cannot apply overrides {list(overrides)}: {error}") from error
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping at the top level")
+    data = _mixture_as_list(data)
     _, moved = upgrade_legacy_keys(data)
     if moved:
         log.warning(
@@ -98,6 +112,28 @@ def load_config(path: str | Path | Config | None = None, overrides: Sequence[str
             ", ".join(moved),
         )
     return config_from_dict(data)
+
+
+def _mixture_by_index(data: Any) -> Any:
+    """`data` with its `mixture` list written as a mapping {"0": ..., "1": ...}, so that dotted overrides
+    (`mixture.1.weight=2`) merge into its items (`_mixture_as_list` turns it back)."""
+    if isinstance(data, dict) and isinstance(data.get("mixture"), list):
+        return {**data, "mixture": {str(i): item for i, item in enumerate(data["mixture"])}}
+    return data
+
+
+def _mixture_as_list(data: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `_mixture_by_index`: items numbered 0, 1, ..., n - 1, in order."""
+    items = data.get("mixture")
+    if not isinstance(items, Mapping):
+        return data
+    keys = sorted(items, key=lambda key: int(key) if str(key).isdigit() else -1)
+    if [str(key) for key in keys] != [str(i) for i in range(len(keys))]:
+        raise ConfigError(
+            f"mixture items are numbered 0 to n - 1 (got {', '.join(map(str, keys))}); write the mixture as "
+            "a list in the file, or override an item that it lists (mixture.0.weight=2)"
+        )
+    return {**data, "mixture": [items[key] for key in keys]}
 
 
 def config_from_dict(data: Mapping[str, Any]) -> Config:

@@ -24,7 +24,8 @@ from dynaforge.data.lazy import LazyTrajectories
 from dynaforge.data.loader import make_loader
 from dynaforge.data.normalize import Normalizer
 from dynaforge.data.order import EpochOrder
-from dynaforge.data.stream import generated_val, stream_identity, stream_normalizer, streamed_windows
+from dynaforge.data.stream import generated_val, stream_identity, stream_normalizer
+from dynaforge.data.stream_workers import streamed_windows
 from dynaforge.data.windows import MemoryTrajectories, TrajectorySource, WindowDataset
 from dynaforge.errors import DATA, ConfigError, RunError
 from dynaforge.store import DatasetFolder
@@ -67,7 +68,7 @@ class WindowSources:
         return self.trajectories.loaded if self.trajectories is not None else 0
 
     def close(self) -> None:
-        """Stop the stream's generator thread, if any."""
+        """Stop the stream's generator thread or processes, if any."""
         if self.trajectories is not None:
             self.trajectories.close()
 
@@ -91,6 +92,11 @@ def window_sources(
     if data_root is None and not streaming:
         raise ConfigError(
             f"training reads a dataset folder: pass {DATA}, or train from the simulator with data.source=stream"
+        )
+    if config.mixture and data_root is not None:
+        raise ConfigError(
+            f"a mixture generates its val split in memory from its systems: drop {DATA} (or drop `mixture` "
+            "to train on the folder's system)"
         )
     folder = DatasetFolder(data_root) if data_root is not None else None
     if folder is not None:

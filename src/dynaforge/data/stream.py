@@ -3,6 +3,8 @@
 Which samples: training sample j is the sample the store would hold at index j of the train split, made
 from `seeds.sample_seed(dataset.seed, "train", j)` by the same `System.sample_rows`, so streamed sample j is
 byte-identical to sample j of `dynaforge generate` (for j < dataset.n_train; the stream goes on past it).
+With a `mixture`, sample j is drawn from one of its systems by (dataset.seed, j) alone
+(`dynaforge.data.mixture`).
 Rank w of W generates the blocks of `dataset.batch_size` consecutive samples numbered w, w + W, ...: the
 ranks' samples are disjoint and together cover 0, 1, 2, ... without gaps. A rank's own samples are its
 *local* trajectories 0, 1, 2, ...
@@ -11,12 +13,13 @@ How they are used: `dynaforge.data.order.EpochOrder` with `rounds` draws, in rou
 local trajectories [k r, k r + buffer) once (r = buffer / reuse). Everything is a function of (config,
 epoch, position), so a resumed run regenerates what it needs and draws the same windows in the same order.
 
-`StreamedTrajectories` generates them in a background thread, at most one round ahead of training: a
+`StreamedTrajectories` generates them in a background thread (with `data.stream.workers` > 0, in generator
+processes: `dynaforge.data.stream_workers`), at most one round ahead of training: a
 request for local trajectory m shows that training has reached round ceil((m + 1 - buffer) / r) at least
 (windows are drawn round by round), so the trajectories before that round are dropped and the generator
 may run to the end of the next one;
 memory holds at most buffer + r trajectories (and a generation block). Trajectories stay on the
-generating device, normalised there. The trainer measures the time it waits for a batch
+generating device (the host, from generator processes), normalised there. The trainer measures the time it waits for a batch
 (`dynaforge.train.window.WindowTask.data_measures`).
 """
 
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import threading
 
 import torch
@@ -33,14 +35,14 @@ from torch import Tensor
 
 from dynaforge.config import Config, config_to_dict, resolve_device
 from dynaforge.data.identity import DataIdentity
+from dynaforge.data.mixture import MixturePlan, mixture_name, mixture_plan
 from dynaforge.data.normalize import Normalizer
-from dynaforge.data.order import EpochOrder, Rounds
-from dynaforge.data.windows import MemoryTrajectories, WindowDataset
+from dynaforge.data.windows import MemoryTrajectories
 from dynaforge.errors import ConfigError, Option
 from dynaforge.seeds import Rows
 from dynaforge.store.layout import fields_to_disk
 from dynaforge.store.stats import SampleMoments
-from dynaforge.systems import System, build_system
+from dynaforge.systems import System
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +66,8 @@ class StreamedTrajectories:
 
     def __init__(
         self,
-        system: System,
+        plan: MixturePlan,
         normalizer: Normalizer,
-        base_seed: int,
         device: torch.device,
         buffer: int,
         reuse: int,
@@ -78,12 +79,12 @@ class StreamedTrajectories:
     ) -> None:
         """`block`: consecutive samples generated together (`dataset.batch_size`); `frames`: per trajectory;
         `trajectories`: local trajectories training draws from (its `len`)."""
-        self.system, self.normalizer = system, normalizer
-        self.base_seed, self.device = base_seed, device
+        self.plan, self.normalizer = plan, normalizer
+        self.device = device
         self.buffer, self.replaced = buffer, buffer // reuse
         self.rank, self.world_size, self.block = rank, world_size, block
         self.size = trajectories
-        self.spatial_dims = len(system.shape)
+        self.spatial_dims = len(plan.shape)
         self.frames = frames
         self.samples: dict[int, Tensor] = {}
         self.condition = threading.Condition()
@@ -107,6 +108,11 @@ class StreamedTrajectories:
         block, within = divmod(local, self.block)
         return (self.rank + self.world_size * block) * self.block + within
 
+    def make_block(self, lo: int) -> Float[Tensor, "block time channels *space"]:
+        """Local samples [lo, lo + block), normalised, on the generating device."""
+        first = self.global_sample(lo)
+        return normalized_block(self.plan, self.normalizer, first, self.block, self.device)
+
     # ---- the generator thread -------------------------------------------------------------------
 
     def generate_forever(self) -> None:
@@ -118,10 +124,7 @@ class StreamedTrajectories:
                         return
                     lo = self.next_local
                     self.next_local += self.block
-                first = self.global_sample(lo)
-                rows = Rows("train", first, first + self.block, self.base_seed)
-                physical = generate_frames(self.system, rows, self.device)
-                frames = self.normalizer.physical_to_normalized(physical, self.spatial_dims)
+                frames = self.make_block(lo)
                 with self.condition:
                     for i in range(self.block):
                         self.samples[lo + i] = frames[i]
@@ -177,13 +180,13 @@ class StreamedTrajectories:
 # ---- what a run streams ----------------------------------------------------------------------------
 
 
-def stream_system(config: Config) -> System:
-    system_config = config.system
-    if system_config.name == "nbody" and system_config.control.kind == "learned":
-        raise ConfigError(
-            "data.source=stream cannot run a learned step controller; generate a dataset and train on it"
-        )
-    return build_system(system_config)
+def normalized_block(
+    plan: MixturePlan, normalizer: Normalizer, first: int, block: int, device: torch.device
+) -> Float[Tensor, "block time channels *space"]:
+    """Train trajectories [first, first + block) of `plan`, normalised, on `device` (what the generator
+    thread or a generator process makes)."""
+    physical = plan.rows("train", first, first + block, device)
+    return normalizer.physical_to_normalized(physical, len(plan.shape))
 
 
 def generating_device(config: Config) -> torch.device:
@@ -191,19 +194,22 @@ def generating_device(config: Config) -> torch.device:
 
 
 def stream_identity(config: Config) -> tuple[DataIdentity, str]:
-    """Streaming with no folder: the data's identity, and a fingerprint of what generates it."""
-    system = stream_system(config)
-    described = repr(sorted(config_to_dict(config)["system"].items())) + repr(config.dataset.seed)
+    """Streaming with no folder: the data's identity, and a fingerprint of what generates it (a mixture's
+    members and weights, or the system)."""
+    plan = mixture_plan(config)
+    plain = config_to_dict(config)
+    generating = plain["mixture"] if config.mixture else sorted(plain["system"].items())
+    described = repr(generating) + repr(config.dataset.seed)
     fingerprint = "stream:" + hashlib.sha256(described.encode()).hexdigest()
-    return DataIdentity(config.system.name, tuple(system.shape), system.channels), fingerprint
+    return DataIdentity(mixture_name(plan), plan.shape, plan.channels), fingerprint
 
 
 def stream_normalizer(config: Config) -> Normalizer:
     """The statistics of the first min(dataset.n_train, data.stream.buffer) train samples, generated here (a
     stored dataset of that many train samples has the same statistics, bit for bit)."""
-    first = Rows("train", 0, min(config.dataset.n_train, config.data.stream.buffer), config.dataset.seed)
+    count = min(config.dataset.n_train, config.data.stream.buffer)
     return Normalizer.from_stats(
-        statistics_of(generate_frames(stream_system(config), first, generating_device(config)))
+        statistics_of(mixture_plan(config).rows("train", 0, count, generating_device(config)))
     )
 
 
@@ -214,34 +220,5 @@ def generated_val(config: Config, normalizer: Normalizer) -> MemoryTrajectories:
         raise ConfigError(
             f"streaming without {Option('data')} generates the val split in memory: set dataset.n_val > 0"
         )
-    rows = Rows("val", 0, config.dataset.n_val, config.dataset.seed)
-    return MemoryTrajectories.normalized(
-        generate_frames(stream_system(config), rows, generating_device(config)), normalizer
-    )
-
-
-def streamed_windows(
-    config: Config, normalizer: Normalizer, seed: int, epochs: int, rank: int, world_size: int
-) -> tuple[WindowDataset, StreamedTrajectories, EpochOrder]:
-    """The stream's windows and order for rank `rank` of `world_size`: an epoch generates about
-    `dataset.n_train` new samples across the ranks."""
-    data, stream = config.data, config.data.stream
-    targets = data.horizon * config.train.rollout_steps
-    replaced = stream.buffer // stream.reuse
-    rounds = Rounds(stream.reuse, max(1, math.ceil(config.dataset.n_train / (world_size * replaced))))
-    trajectories = StreamedTrajectories(
-        stream_system(config),
-        normalizer,
-        config.dataset.seed,
-        generating_device(config),
-        buffer=stream.buffer,
-        reuse=stream.reuse,
-        rank=rank,
-        world_size=world_size,
-        block=config.dataset.batch_size,
-        frames=config.system.n_frames,
-        trajectories=(epochs * rounds.per_epoch - 1) * replaced + stream.buffer,
-    )
-    windows = WindowDataset(trajectories, data.history, targets, data.stride)
-    order = EpochOrder(0, windows.windows_per_sample, stream.buffer, seed, rank, world_size, rounds)
-    return windows, trajectories, order
+    frames = mixture_plan(config).rows("val", 0, config.dataset.n_val, generating_device(config))
+    return MemoryTrajectories.normalized(frames, normalizer)

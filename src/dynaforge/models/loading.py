@@ -20,8 +20,17 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from dynaforge.config import Config, ConfigError, StepControlConfig, config_from_dict
+from dynaforge.config import (
+    Config,
+    ConfigError,
+    ModelConfig,
+    StepControlConfig,
+    config_differences,
+    config_from_dict,
+    config_to_dict,
+)
 from dynaforge.data.normalize import Normalizer
+from dynaforge.errors import DynaforgeError
 from dynaforge.models.base import ModelShape
 from dynaforge.models.hopfield import build_energy_model
 from dynaforge.models.registry import build_model
@@ -144,6 +153,37 @@ def load_surrogate(
         config=config_from_dict(state["config"]),
         checkpoint=state,
     )
+
+
+def pretrained_weights(run: str | Path, model: ModelConfig, shape: ModelShape) -> dict[str, torch.Tensor]:
+    """The weights of the surrogate in run folder (or checkpoint file) `run` (`load_surrogate`: its best
+    checkpoint, else its last), for a model built from `model` to read data of `shape` (`dynaforge train
+    --from RUN`). A `ConfigError` naming `--from` when `run` holds no surrogate, or naming every difference
+    when the pretrained model's architecture or shape is not the one asked for (the spatial resolution may
+    differ: the registry's models read any grid of their number of axes)."""
+    where = f"--from {run}"
+    try:
+        loaded = load_surrogate(run)
+    except FileNotFoundError as error:
+        raise ConfigError(f"{where}: {error} (a run folder of `dynaforge train`)") from None
+    except DynaforgeError as error:
+        raise ConfigError(f"{where}: {error}") from None
+    differences = [
+        f"model.{line} (pretrained != this config)"
+        for line in config_differences(config_to_dict(loaded.config.model), config_to_dict(model))
+    ]
+    differences += [
+        f"{name}: {theirs} (pretrained) != {ours} (this config's data)"
+        for name, theirs, ours in zip(ModelShape._fields, loaded.shape, shape, strict=True)
+        if theirs != ours
+    ]
+    if differences:
+        raise ConfigError(
+            f"{where}: the pretrained model cannot read this config's data: {'; '.join(differences)}; "
+            f"fine-tune with the pretrained run's model section ({Path(run) / 'config.yaml'}), the same "
+            "data.history and data.horizon, and a system of as many channels and spatial axes"
+        )
+    return {name: tensor.detach().clone() for name, tensor in loaded.model.state_dict().items()}
 
 
 def load_learned_controller(path: str | Path, scale: float = 1.0, device: str = "cpu") -> LearnedStep:

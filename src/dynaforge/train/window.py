@@ -33,6 +33,7 @@ from dynaforge.config import Config
 from dynaforge.data import Window
 from dynaforge.data.sources import SplitWindows, WindowSources, window_sources
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout, build_model
+from dynaforge.models.loading import pretrained_weights
 from dynaforge.train.capture import compile_model
 from dynaforge.train.distributed import sum_across_ranks
 from dynaforge.train.engine import Engine, TrainSummary
@@ -58,9 +59,12 @@ class WindowTask:
     sources: WindowSources
     """Where the windows come from (set up by `setup`)."""
 
-    def __init__(self, config: Config, data: str | Path | None) -> None:
+    def __init__(self, config: Config, data: str | Path | None, init_from: str | Path | None = None) -> None:
+        """`init_from`: a run folder whose surrogate's weights training starts from (fine-tuning)."""
         self.config = config
         self.data_root = Path(data).resolve() if data is not None else None
+        self.init_from = init_from
+        self.pretrained: dict[str, Tensor] | None = None
         self.loss_fn = LOSSES[config.train.loss]
         self.waited = 0.0
         self.windows_read = 0
@@ -98,9 +102,16 @@ class WindowTask:
             spatial_dims=sources.spatial_dims,
         )
         self.batches_per_epoch = len(self.train_loader)
+        if self.init_from is not None:  # checked here, before the run folder is written
+            self.pretrained = pretrained_weights(self.init_from, self.config.model, self.shape)
 
     def build_model(self) -> nn.Module:
-        return build_model(self.config.model, self.shape)
+        """The model of `config.model`, with the pretrained weights when fine-tuning (a resumed run then
+        loads its own checkpoint over them)."""
+        model = build_model(self.config.model, self.shape)
+        if self.pretrained is not None:
+            model.load_state_dict(self.pretrained)
+        return model
 
     def epochs(self) -> int:
         return self.context.settings.epochs
@@ -219,6 +230,7 @@ class WindowTask:
             "source": self.config.data.source,
             "reading": self.sources.reading,
             "model": self.config.model.name,
+            "init_from": str(self.init_from) if self.init_from is not None else None,
             "train_windows": self.train_windows(),
             "val_windows": len(self.val_set),
         }
@@ -249,12 +261,13 @@ def window_engine(
     overwrite: bool = False,
     resume: bool = False,
     profile_steps: int = 0,
+    init_from: str | Path | None = None,
 ) -> Engine:
     """The engine set up to train `config.model` on dataset folder `data` into run folder `out` (`data` may be
-    None with `data.source: stream`)."""
+    None with `data.source: stream`), starting from the weights of run `init_from` if given."""
     return Engine(
         config,
-        WindowTask(config, data),
+        WindowTask(config, data, init_from),
         out,
         progress=progress,
         overwrite=overwrite,
@@ -265,7 +278,7 @@ def window_engine(
 
 def train(config: Config, data: str | Path | None, out: str | Path, **options: Any) -> TrainSummary:
     """Train `config` on dataset folder `data` into run folder `out` (see `WindowTask`, `Engine`); `options`
-    are `window_engine`'s (progress, overwrite, resume, profile_steps)."""
+    are `window_engine`'s (progress, overwrite, resume, profile_steps, init_from)."""
     engine = window_engine(config, data, out, **options)
     try:
         return engine.fit()
