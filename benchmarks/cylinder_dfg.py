@@ -41,9 +41,11 @@ REFERENCE = {"strouhal": 0.300, "drag_max": 3.23, "lift_max": 1.00}
 NAMES = {"strouhal": "Strouhal number", "drag_max": "max c_D", "lift_max": "max c_L"}
 
 
-def measure(cells: int, until: float, average_from: float, eta: float, safety: float) -> dict[str, float]:
+def measure(
+    cells: int, until: float, average_from: float, eta: float, safety: float, width: float = 1.0
+) -> dict[str, float]:
     dt = safety * stable_dt(cells)
-    channel, c, velocity = dfg_channel(cells, dt, eta)
+    channel, c, velocity = dfg_channel(cells, dt, eta, width=width)
     steps = round(until / dt)
     drag, lift = np.empty(steps), np.empty(steps)
     start = time.perf_counter()
@@ -63,6 +65,7 @@ def measure(cells: int, until: float, average_from: float, eta: float, safety: f
         "cells_per_diameter": cells * 0.1 / 0.41,
         "dt": dt,
         "eta": eta,
+        "mask_width": width,
         "steps": steps,
         "seconds": seconds,
         "periods": len(crossings) - 1,
@@ -101,7 +104,8 @@ def records(run: dict, machine: str, threads: int) -> list[dict[str, object]]:
                     f"{reference:g}, band [{low:.4f}, {high:.4f}] (issue 35); dynaforge = |measured - "
                     f"reference|, baseline_value = the band's half-width, ratio = half-width / |deviation| "
                     f"(above 1: inside the band); {run['periods']} shedding periods, {run['steps']} steps of "
-                    f"dt = {run['dt']!r}, eta = {run['eta']:g}, {run['seconds']!r} s with {threads} "
+                    f"dt = {run['dt']!r}, eta = {run['eta']:g}, mask ramp {run.get('mask_width', 1.0):g} cell(s), "
+                    f"{run['seconds']!r} s with {threads} "
                     f"thread(s){command}; {run.get('machine', machine)}"
                 ),
             }
@@ -115,6 +119,7 @@ def main() -> None:
     parser.add_argument("--until", type=float, default=10.0)
     parser.add_argument("--average-from", type=float, default=6.0)
     parser.add_argument("--eta", type=float, default=1e-4, help="penalisation time scale")
+    parser.add_argument("--mask-width", type=float, default=1.0, help="the mask's ramp width in cells")
     parser.add_argument("--safety", type=float, default=0.9, help="dt as a fraction of the stability bound")
     parser.add_argument("--quick", action="store_true", help="smoke run: 21 cells across, to t = 2")
     parser.add_argument("--out", "--json", type=Path, default=None, help=f"records (default {RESULTS.name})")
@@ -126,7 +131,7 @@ def main() -> None:
     print(note)
     runs = []
     for cells in args.cells:
-        result = measure(cells, args.until, args.average_from, args.eta, args.safety)
+        result = measure(cells, args.until, args.average_from, args.eta, args.safety, args.mask_width)
         runs.append(result)
         print(f"\n{cells} cells across ({result['cells_per_diameter']:.1f} per diameter), dt = {result['dt']:.4g}, "
               f"{result['steps']} steps, {result['seconds']:.0f} s, {result['periods']} periods")  # fmt: skip
