@@ -148,3 +148,29 @@ def test_the_covered_fraction_mask_has_the_discs_area() -> None:
     for mask in (mask_u, mask_v, cells):
         assert float(mask.sum()) * h * h == pytest.approx(math.pi * 0.05**2, rel=2e-3)
         assert float(mask.min()) == 0.0 and float(mask.max()) == 1.0
+
+
+def test_metrics_ignore_the_cells_inside_an_obstacle() -> None:
+    from dynaforge.evaluate.rollout import Predictions
+    from dynaforge.evaluate.suite import MetricSettings, score_predictions
+
+    generator = torch.Generator().manual_seed(0)
+    truth = torch.rand((2, 3, 3, 12, 8), generator=generator)
+    chi = torch.zeros((12, 8))
+    chi[3:6, 2:5] = 1.0
+    truth[:, :, 2] = chi
+    inside = chi.bool().expand_as(truth[:, :, 0])
+    wrong_inside = truth.clone()
+    wrong_inside[:, :, 0][inside] += 5.0
+    wrong_outside = truth.clone()
+    wrong_outside[:, :, 0][~inside] += 5.0
+    settings = MetricSettings(lengths=(1.0, 1.0), obstacle_channel=2)
+    for name in ("rmse", "nrmse", "max_error"):
+        assert score_predictions(Predictions(wrong_inside, truth), settings)[name] == 0.0
+        assert score_predictions(Predictions(wrong_outside, truth), settings)[name] > 0.1
+        assert (
+            score_predictions(Predictions(wrong_inside, truth), settings._replace(obstacle_channel=None))[
+                name
+            ]
+            > 0.1
+        )
