@@ -1,8 +1,9 @@
 """Flow past a cylinder in a channel, the DFG benchmark 2D-2 of Schäfer & Turek (1996), with the cylinder a
-volume-penalised mask (`dynaforge.systems.flow.channel`, a first version): the Strouhal number, the largest
+volume-penalised mask (`dynaforge.systems.flow.channel`; the system is `systems/flow/cylinder.py`): the Strouhal number, the largest
 drag and lift coefficients over the last seconds of periodic shedding, beside the benchmark's bands.
 
     python benchmarks/cylinder_dfg.py --cells 41 82 --until 10 --average-from 6   # results/cylinder_dfg.json
+    python benchmarks/cylinder_dfg.py --cells 41 --mask-width 1 --eta 1e-6   # the mask's options (docs/cavity.md)
     python benchmarks/cylinder_dfg.py --quick   # smoke run: 21 cells across to t = 2, to a temporary folder
 
 Writes the standard records, three per resolution (Strouhal number, max c_D, max c_L): dynaforge the
@@ -41,9 +42,17 @@ REFERENCE = {"strouhal": 0.300, "drag_max": 3.23, "lift_max": 1.00}
 NAMES = {"strouhal": "Strouhal number", "drag_max": "max c_D", "lift_max": "max c_L"}
 
 
-def measure(cells: int, until: float, average_from: float, eta: float, safety: float) -> dict[str, float]:
+def measure(
+    cells: int,
+    until: float,
+    average_from: float,
+    eta: float,
+    safety: float,
+    width: float = 1.0,
+    fraction: bool = False,
+) -> dict[str, object]:
     dt = safety * stable_dt(cells)
-    channel, c, velocity = dfg_channel(cells, dt, eta)
+    channel, c, velocity = dfg_channel(cells, dt, eta, width=width, fraction=fraction)
     steps = round(until / dt)
     drag, lift = np.empty(steps), np.empty(steps)
     start = time.perf_counter()
@@ -63,6 +72,8 @@ def measure(cells: int, until: float, average_from: float, eta: float, safety: f
         "cells_per_diameter": cells * 0.1 / 0.41,
         "dt": dt,
         "eta": eta,
+        "mask_width": width,
+        "mask": "covered fraction" if fraction else "ramp",
         "steps": steps,
         "seconds": seconds,
         "periods": len(crossings) - 1,
@@ -101,7 +112,9 @@ def records(run: dict, machine: str, threads: int) -> list[dict[str, object]]:
                     f"{reference:g}, band [{low:.4f}, {high:.4f}] (issue 35); dynaforge = |measured - "
                     f"reference|, baseline_value = the band's half-width, ratio = half-width / |deviation| "
                     f"(above 1: inside the band); {run['periods']} shedding periods, {run['steps']} steps of "
-                    f"dt = {run['dt']!r}, eta = {run['eta']:g}, {run['seconds']!r} s with {threads} "
+                    f"dt = {run['dt']!r}, eta = {run['eta']:g}, mask {run.get('mask', 'ramp')} "
+                    f"(ramp {run.get('mask_width', 1.0):g} cell(s)), "
+                    f"{run['seconds']!r} s with {threads} "
                     f"thread(s){command}; {run.get('machine', machine)}"
                 ),
             }
@@ -114,7 +127,11 @@ def main() -> None:
     parser.add_argument("--cells", type=int, nargs="+", default=[41, 82], help="cells across the channel")
     parser.add_argument("--until", type=float, default=10.0)
     parser.add_argument("--average-from", type=float, default=6.0)
-    parser.add_argument("--eta", type=float, default=1e-4, help="penalisation time scale")
+    parser.add_argument(
+        "--eta", type=float, default=1e-4, help="penalisation time (0: direct forcing, 1 - chi)"
+    )
+    parser.add_argument("--fraction", action="store_true", help="mask: covered fraction, not a ramp")
+    parser.add_argument("--mask-width", type=float, default=0.25, help="the mask's ramp width in cells")
     parser.add_argument("--safety", type=float, default=0.9, help="dt as a fraction of the stability bound")
     parser.add_argument("--quick", action="store_true", help="smoke run: 21 cells across, to t = 2")
     parser.add_argument("--out", "--json", type=Path, default=None, help=f"records (default {RESULTS.name})")
@@ -126,7 +143,10 @@ def main() -> None:
     print(note)
     runs = []
     for cells in args.cells:
-        result = measure(cells, args.until, args.average_from, args.eta, args.safety)
+        result = measure(
+            cells, args.until, args.average_from, args.eta, args.safety, args.mask_width, args.fraction
+        )
+        result["command"] = " ".join(sys.argv[1:])
         runs.append(result)
         print(f"\n{cells} cells across ({result['cells_per_diameter']:.1f} per diameter), dt = {result['dt']:.4g}, "
               f"{result['steps']} steps, {result['seconds']:.0f} s, {result['periods']} periods")  # fmt: skip

@@ -21,6 +21,10 @@ from ..conftest import CONFIGS, RANDOM_CNN_TINY
 FAMILIES = {
     "burgers_1d": (CONFIGS / "tiny.yaml", ["system.resolution=100"]),
     "cavity": (CONFIGS / "cavity.yaml", ["system.resolution=32", "system.steps=6", "system.save_every=3"]),
+    "cylinder": (
+        CONFIGS / "cylinder.yaml",
+        ["system.resolution=12", "system.spin_up=1", "system.steps=2", "system.save_every=1"],
+    ),
     "navier_stokes_2d": (
         CONFIGS / "ns2d-tiny.yaml",
         ["system.resolution=64", "system.steps=8"],

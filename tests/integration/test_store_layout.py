@@ -38,6 +38,10 @@ SYSTEMS = {
     "burgers": (CONFIGS / "tiny.yaml", []),
     "darcy": (CONFIGS / "darcy.yaml", ["system.resolution=9", "system.refinement=2", "system.modes=8"]),
     "cavity": (CONFIGS / "cavity.yaml", ["system.resolution=16", "system.steps=4", "system.save_every=2"]),
+    "cylinder": (
+        CONFIGS / "cylinder.yaml",
+        ["system.resolution=16", "system.spin_up=2", "system.steps=4", "system.save_every=2"],
+    ),
     "nbody": (CONFIGS / "nbody_tiny.yaml", []),
     "random_cnn": (
         None,

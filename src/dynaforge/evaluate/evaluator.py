@@ -310,7 +310,9 @@ def channel_names(dataset: DatasetFolder, channels: int) -> tuple[str, ...]:
 def metric_settings(
     config: EvaluateConfig, dataset: DatasetFolder, test: SplitArrays, shape: ModelShape, stride: int
 ) -> MetricSettings:
-    """What the metrics need beyond the fields: domain, frame interval, system and report settings."""
+    """What the metrics need beyond the fields: domain, frame interval, system, report settings and the
+    channel of an obstacle mask (`obstacle`) whose cells the metrics ignore."""
+    names = dataset.channel_names
     return MetricSettings(
         lengths=domain_lengths(test, shape.spatial_dims),
         fourier_bands=(config.fourier_low, config.fourier_high),
@@ -319,6 +321,7 @@ def metric_settings(
         frame_dt=frame_dt(dataset, test.time, stride),
         system=dataset.system,
         worst_samples=config.worst_samples,
+        obstacle_channel=names.index("obstacle") if "obstacle" in names else None,
     )
 
 

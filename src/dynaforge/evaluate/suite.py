@@ -21,6 +21,7 @@ from dynaforge.metrics.fields import (
     max_error_per_frame,
     nrmse_per_frame,
     nrmse_per_sample,
+    outside_obstacles,
     rmse_per_frame,
     vrmse_per_frame,
 )
@@ -130,6 +131,9 @@ class MetricSettings(NamedTuple):
     """The dataset's system, for the conserved quantities (`dynaforge.metrics.physics.conserved_quantities`)."""
     worst_samples: int = 3
     """How many of the worst rollouts to list."""
+    obstacle_channel: int | None = None
+    """The channel holding an obstacle mask (the cylinder's `obstacle`), whose cells the metrics ignore
+    (`dynaforge.metrics.fields.outside_obstacles`); None: every cell counts."""
 
 
 def frame_curves(predicted: Tensor, truth: Tensor, settings: MetricSettings) -> dict[str, Tensor]:
@@ -157,14 +161,16 @@ def frame_curves(predicted: Tensor, truth: Tensor, settings: MetricSettings) -> 
 
 def score_predictions(predictions: Predictions, settings: MetricSettings) -> dict[str, float]:
     """One-step predictions: every metric averaged over the predicted frames (and windows)."""
+    predicted = outside_obstacles(predictions.predicted, predictions.truth, settings.obstacle_channel)
     with torch.no_grad():
-        curves = frame_curves(predictions.predicted, predictions.truth, settings)
+        curves = frame_curves(predicted, predictions.truth, settings)
     return {name: float(curve.mean()) for name, curve in curves.items()}
 
 
 def score_rollouts(rollouts: Rollouts, settings: MetricSettings) -> dict[str, Any]:
     """Autoregressive rollouts, scored on `rollouts.predicted` against `rollouts.truth` only."""
-    predicted, truth = rollouts.predicted, rollouts.truth
+    truth = rollouts.truth
+    predicted = outside_obstacles(rollouts.predicted, truth, settings.obstacle_channel)
     with torch.no_grad():
         curves = frame_curves(predicted, truth, settings)
         per_sample = nrmse_per_sample(predicted, truth).mean(dim=(1, 2))  # (N,)

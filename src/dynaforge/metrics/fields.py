@@ -46,6 +46,22 @@ def check_same_shape(prediction: Tensor, truth: Tensor) -> None:
         )
 
 
+def outside_obstacles(
+    prediction: Float[Tensor, "batch frames channels *space"],
+    truth: Float[Tensor, "batch frames channels *space"],
+    obstacle_channel: int | None,
+) -> Float[Tensor, "batch frames channels *space"]:
+    """The prediction with the truth put in every channel of the cells inside an obstacle (the true frame's
+    mask chi >= 1/2 in `obstacle_channel`: the cell centre inside the obstacle's edge), so that the error
+    there is zero and the metrics ignore those cells (issue 35 item 5); the prediction itself where
+    `obstacle_channel` is None. Norms still average over every cell of the grid."""
+    if obstacle_channel is None:
+        return prediction
+    check_same_shape(prediction, truth)
+    inside = truth[:, :, obstacle_channel : obstacle_channel + 1] >= 0.5
+    return torch.where(inside, truth, prediction)
+
+
 def widen(fields: Tensor) -> Tensor:
     """The tensor in float32, or float64 when it already is (metrics never run in half precision)."""
     return fields.to(torch.promote_types(fields.dtype, torch.float32))

@@ -28,6 +28,7 @@ from dynaforge.systems.bounded.fisher_kpp import FisherKPPBounded
 from dynaforge.systems.bounded.heat import HeatBounded
 from dynaforge.systems.elliptic.darcy import Darcy
 from dynaforge.systems.flow.cavity import LidDrivenCavity
+from dynaforge.systems.flow.cylinder import CylinderFlow
 from dynaforge.systems.nbody.system import NBody
 from dynaforge.systems.pde.advection import Advection
 from dynaforge.systems.pde.burgers import Burgers
@@ -50,6 +51,7 @@ SYSTEMS: dict[str, type[SystemBase]] = {
     NBody.name: NBody,
     Darcy.name: Darcy,
     LidDrivenCavity.name: LidDrivenCavity,
+    CylinderFlow.name: CylinderFlow,
     HeatBounded.name: HeatBounded,
     AdvectionDiffusionBounded.name: AdvectionDiffusionBounded,
     BurgersBounded.name: BurgersBounded,
