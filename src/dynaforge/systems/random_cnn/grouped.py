@@ -255,56 +255,46 @@ def generate_operators(
     config: RandomCNNConfig,
     device: torch.device,
     on_step: Callable[[int], Any] | None = None,
+    grouped: bool | None = None,
 ) -> Float[Tensor, "k m time channels x y"]:
-    """Trajectories of every operator of a batch: `operators_one_at_a_time` on the CPU (the same bytes in
-    any batch and on any thread count), `operators_grouped` on a GPU (the fewest kernel launches)."""
-    if device.type == "cpu":
-        return operators_one_at_a_time(batch, config, device, on_step)
-    return operators_grouped(batch, config, device, on_step)
-
-
-def empty_frames(count: int, config: RandomCNNConfig, device: torch.device) -> Tensor:
-    """The (K, M, T, C, n, n) float32 trajectory buffer of `count` operators, on `device` (trajectories stay
-    on the device that makes them)."""
-    shape = (count, config.realizations, config.n_frames, config.channels, *(config.resolution,) * 2)
-    return torch.empty(shape, dtype=torch.float32, device=device)
+    """Trajectories of every operator of a batch, a (K, M, T, C, n, n) float32 buffer on `device`
+    (trajectories stay on the device that makes them): operators one at a time on the CPU (the same bytes
+    in any batch and on any thread count), grouped by architecture on a GPU (the fewest kernel launches);
+    `grouped` chooses against the device. `on_step` is called from one thread at a time."""
+    shape = (len(batch.ops), config.realizations, config.n_frames, config.channels, *(config.resolution,) * 2)
+    frames = torch.empty(shape, dtype=torch.float32, device=device)
+    if grouped is None:
+        grouped = device.type != "cpu"
+    fill = operators_grouped if grouped else operators_one_at_a_time
+    fill(batch, config, frames, serialised(on_step))
+    return frames
 
 
 def operators_one_at_a_time(
-    batch: OperatorBatch,
-    config: RandomCNNConfig,
-    device: torch.device,
-    on_step: Callable[[int], Any] | None = None,
-) -> Float[Tensor, "k m time channels x y"]:
-    """Each operator alone (its M realizations together) on one intra-op thread of the CPU, operators side
-    by side on the allowed threads (`dynaforge.threads`): an operator's trajectories do not depend on the
-    batch it is generated in or on the thread count."""
-    frames = empty_frames(len(batch.ops), config, device)
-    report = serialised(on_step)
+    batch: OperatorBatch, config: RandomCNNConfig, frames: Tensor, report: Callable[[int], None] | None
+) -> None:
+    """Each operator alone (its M realizations together) into its rows of `frames`, on one intra-op thread
+    of the CPU, operators side by side on the allowed threads (`dynaforge.threads`): an operator's
+    trajectories do not depend on the batch it is generated in or on the thread count."""
 
     def run_operator(i: int) -> None:
         arch = architecture_of(batch.ops[i], config.channels)
-        group = build_group(arch, [batch.ops[i]], [batch.layers[i]], config, device)
+        group = build_group(arch, [batch.ops[i]], [batch.layers[i]], config, frames.device)
         grouped_rollout(
             group, batch.initial[i : i + 1], [batch.generators[i]], config.steps, config.save_every, report,
             [frames[i]],
         )  # fmt: skip
 
     run_pieces(run_operator, list(range(len(batch.ops))))
-    return frames
 
 
 def operators_grouped(
-    batch: OperatorBatch,
-    config: RandomCNNConfig,
-    device: torch.device,
-    on_step: Callable[[int], Any] | None = None,
-) -> Float[Tensor, "k m time channels x y"]:
-    """Operators grouped by architecture, each group split to the memory budget (halved and retried on
-    out-of-memory, the noise replayed)."""
-    count = len(batch.ops)
+    batch: OperatorBatch, config: RandomCNNConfig, frames: Tensor, report: Callable[[int], None] | None
+) -> None:
+    """Operators grouped by architecture into their rows of `frames`, each group split to the memory budget
+    (halved and retried on out-of-memory, the noise replayed)."""
+    device = frames.device
     m = config.realizations
-    frames = empty_frames(count, config, device)
     dtype = conv_dtype(config, device)
     by_arch: dict[Architecture, list[int]] = {}
     for i, op in enumerate(batch.ops):
@@ -330,7 +320,7 @@ def operators_grouped(
                     generators,
                     config.steps,
                     config.save_every,
-                    on_step,
+                    report,
                     direct,
                 )
             except (RuntimeError, torch.OutOfMemoryError) as error:
@@ -345,4 +335,3 @@ def operators_grouped(
             if direct is None:
                 frames[chunk] = result
             start += len(chunk)
-    return frames
