@@ -23,49 +23,41 @@ from dynaforge.systems.random_cnn.operator import (
     ACTIVATIONS,
     Architecture,
     Layer,
+    OperatorEngine,
     OperatorParams,
     adds_input,
     architecture_of,
     normalize,
     periodic_pad,
-    update_coefficients,
 )
 from dynaforge.threads import run_pieces, serialised
 
 log = logging.getLogger(__name__)
 
 
-class GroupedOperators:
+class GroupedOperators(OperatorEngine):
     """K operators sharing an architecture, stacked as grouped-convolution weights.
 
     The state of the group is (M, K C, n, n): realizations on the batch axis, operator k's channels at
     [k C, (k + 1) C). Convolutions run in `dtype` (bfloat16 or float32), channels-last on request.
     """
 
-    def __init__(
-        self,
-        arch: Architecture,
-        ops: Sequence[OperatorParams],
-        layers: Sequence[Sequence[Layer]],
-        dtype: torch.dtype = torch.bfloat16,
-        channels_last: bool = True,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        self.arch = arch
-        self.k = len(ops)
-        self.dtype = dtype
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    def store(self, layers: Sequence[Sequence[Layer]], coefficients: Tensor, config: RandomCNNConfig) -> None:
+        """Layer i of every operator concatenated along the output channels (one grouped convolution), in
+        `dtype` (channels-last when `config.channels_last`); the coefficients repeated per channel."""
+        device = coefficients.device
+        self.memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
         self.weights = [
             torch.cat([layer[i].weight for layer in layers])
-            .to(device=device, dtype=dtype)
+            .to(device=device, dtype=self.dtype)
             .contiguous(memory_format=self.memory_format)
             for i in range(len(layers[0]))
         ]
         self.biases = [
-            torch.cat([layer[i].bias for layer in layers]).to(device=device, dtype=dtype)
+            torch.cat([layer[i].bias for layer in layers]).to(device=device, dtype=self.dtype)
             for i in range(len(layers[0]))
         ]
-        per_channel = update_coefficients(ops, device).repeat_interleave(arch.channels, dim=0)  # (K C, 3)
+        per_channel = coefficients.repeat_interleave(self.arch.channels, dim=0)  # (K C, 3)
         self.p, self.q, self.q_sigma = (column.view(1, -1, 1, 1) for column in per_channel.unbind(1))
 
     def apply(self, x: Float[Tensor, "m kc x y"]) -> Float[Tensor, "m kc x y"]:
@@ -90,6 +82,10 @@ class GroupedOperators:
         noise = noise.transpose(0, 1).reshape(m, k * c, *noise.shape[3:])
         out = self.p * x + self.q * self.apply(x) + self.q_sigma * noise
         return out.view(m, k, c, *x.shape[2:]).transpose(0, 1)
+
+
+ENGINES: dict[str, type[OperatorEngine]] = {"fused": FusedOperators, "grouped": GroupedOperators}
+"""`system.engine` -> the class that steps a group of operators."""
 
 
 @runtime_checkable
@@ -120,10 +116,7 @@ def build_group(
     device: torch.device | str = "cpu",
 ) -> OperatorGroup:
     """The engine `config.engine` for K operators of one architecture (what generation runs)."""
-    dtype = conv_dtype(config, device)
-    if config.engine == "grouped":
-        return GroupedOperators(arch, ops, layers, dtype, config.channels_last, device)
-    return FusedOperators(arch, ops, layers, dtype, config.compile, device)
+    return ENGINES[config.engine](arch, ops, layers, config, conv_dtype(config, device), device)
 
 
 def grouped_rollout(
