@@ -22,7 +22,6 @@ from dynaforge.systems.random_cnn.grouped import (
     build_group,
     generate_operators,
     grouped_rollout,
-    operators_grouped,
 )
 from dynaforge.systems.random_cnn.operator import (
     OperatorParams,
@@ -152,8 +151,8 @@ def test_out_of_memory_backs_off_and_gives_the_same_trajectories(monkeypatch: py
     system = small_system(
         "system.space.stem_width.choices={'16': 1.0}", "system.space.kernel_size.choices={'3': 1.0}"
     )
-    expected = operators_grouped(
-        system.build_operators("train", 0, 6, 0)[0], system.config, torch.device("cpu")
+    expected = generate_operators(
+        system.build_operators("train", 0, 6, 0)[0], system.config, torch.device("cpu"), grouped=True
     )
     real = grouped_rollout
     calls = []
@@ -166,7 +165,9 @@ def test_out_of_memory_backs_off_and_gives_the_same_trajectories(monkeypatch: py
         return real(group, *args, **kwargs)
 
     monkeypatch.setattr(grouped_module, "grouped_rollout", flaky)
-    got = operators_grouped(system.build_operators("train", 0, 6, 0)[0], system.config, torch.device("cpu"))
+    got = generate_operators(
+        system.build_operators("train", 0, 6, 0)[0], system.config, torch.device("cpu"), grouped=True
+    )
     assert any(k > 1 for k in calls) and 1 in calls
     torch.testing.assert_close(got, expected, atol=0, rtol=0)
 

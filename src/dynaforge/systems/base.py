@@ -24,6 +24,8 @@ from torch import Tensor
 from dynaforge.config import config_to_dict
 from dynaforge.errors import ConfigError
 from dynaforge.seeds import Rows, sample_rng
+from dynaforge.systems.batching import run_blocks, trajectory_buffer
+from dynaforge.threads import serialised
 
 AXIS_NAMES = ("x", "y", "z")
 
@@ -184,6 +186,69 @@ class SystemBase:
         """The likely reason a rollout produced NaN or Inf when every parameter is inside its declared range,
         and the fix, for the store's error message."""
         return f"the rollout diverged; reduce system.dt (now {self.config.dt:g})"
+
+
+class RolloutRun(NamedTuple):
+    """One `rollout` call of a `BlockSteppedSystem`, as its `block_stepper` sees it."""
+
+    initial: Float[Tensor, "batch channels *space"]
+    params: Float[Tensor, "batch n_params"]
+    steps: int
+    save_every: int
+    frames: Float[Tensor, "batch time channels *space"]
+    """The trajectory buffer, preallocated; each block writes its own rows (in-place writes on purpose)."""
+    report: Callable[[int], None] | None
+    """`on_step`, serialised across the worker threads (None when not given)."""
+    cuda_graph: bool
+
+
+class BlockSteppedSystem(SystemBase):
+    """A system whose `rollout` steps the batch a block of samples at a time and keeps the initial state and
+    every `save_every`-th one, `dt * save_every` apart (the spectral, bounded and N-body systems).
+
+    The steps are the subclass's: `block_stepper` returns what one block does (step rows [start, stop) of
+    the batch and write their frames), `block_samples(device)` the block size; the checks, the trajectory
+    buffer (`real_dtype`), the blocks (`systems/batching.py`) and the frame times are here.
+    """
+
+    real_dtype: torch.dtype
+    shape: tuple[int, ...]
+    rollout_axes: ClassVar[str] = ""
+    """What the state's axes are, for the shape check's message (the N-body channels)."""
+
+    def rollout(
+        self,
+        initial: Float[Tensor, "batch channels *space"],
+        params: Float[Tensor, "batch n_params"],
+        steps: int | None = None,
+        save_every: int | None = None,
+        on_step: Callable[[int], None] | None = None,
+        cuda_graph: bool = True,
+    ) -> Trajectories:
+        """Step the batch a block at a time; keep the initial frame and every `save_every`-th step.
+
+        `on_step(samples)` is called as blocks advance (from the worker threads, one call at a time; see the
+        system's `block_stepper` for how often). `cuda_graph`: a system that captures its steps as a CUDA
+        graph on a GPU (`SpectralSystem`) steps eagerly when it is false; the others always do.
+        """
+        state = (self.channels, *self.shape)
+        steps, save_every = self.rollout_lengths(initial, params, steps, save_every, state, self.rollout_axes)
+        device = initial.device
+        n_frames = steps // save_every + 1
+        frames = trajectory_buffer((initial.shape[0], n_frames, *state), self.real_dtype, device)
+        run = RolloutRun(initial, params, steps, save_every, frames, serialised(on_step), cuda_graph)
+        run_blocks(self.block_stepper(run), initial.shape[0], self.block_samples(device), device)
+        time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
+        return Trajectories(frames, time)
+
+    def block_stepper(self, run: RolloutRun) -> Callable[[slice], None]:
+        """What one block of `run` does: `step(rows)` steps rows [start, stop) of the batch and writes their
+        frames into `run.frames[rows]` (anything shared by the blocks is prepared before it is returned)."""
+        raise NotImplementedError
+
+    def block_samples(self, device: torch.device) -> int:
+        """Samples per block on `device`, from the sample's size and the device kind alone."""
+        raise NotImplementedError
 
 
 def default_channel_names(channels: int) -> tuple[str, ...]:

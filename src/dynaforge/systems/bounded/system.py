@@ -28,18 +28,12 @@ from torch import Tensor
 from dynaforge.config import SystemConfig
 from dynaforge.config.base import NON_NEGATIVE, POSITIVE, Range, at_least, checked, one_of
 from dynaforge.errors import ConfigError
-from dynaforge.systems.base import (
-    InitialStates,
-    SystemBase,
-    Trajectories,
-)
+from dynaforge.systems.base import BlockSteppedSystem, InitialStates, RolloutRun
 from dynaforge.systems.batching import (
     LANES,
     block_values_for,
     pad_rows,
     power_of_two_block,
-    run_blocks,
-    trajectory_buffer,
 )
 from dynaforge.systems.bounded.core import (
     KINDS,
@@ -52,7 +46,6 @@ from dynaforge.systems.bounded.core import (
     stable_dt,
 )
 from dynaforge.systems.pde.initial import draw_from_range, draw_initial_field
-from dynaforge.threads import serialised
 
 SIDE_PARAMETERS = ("value", "amplitude", "frequency")
 """The per-sample numbers of one side, stored as parameters `<side>_<name>`."""
@@ -152,7 +145,7 @@ def floor_significant(value: float, digits: int = 3) -> float:
     return math.floor(value / scale) * scale
 
 
-class BoundedSystem(SystemBase):
+class BoundedSystem(BlockSteppedSystem):
     """A batched finite-difference solver on an interval or a square (see the module docstring).
 
     A subclass sets `name`, `config_class`, and provides `tendency` (its physics) and `rate_extents` (bounds
@@ -332,24 +325,10 @@ class BoundedSystem(SystemBase):
         block = power_of_two_block(values, block_values_for(device, BLOCK_VALUES[self.ndim]), LANES)
         return min(block, BLOCK_MAX_SAMPLES) if device.type == "cpu" else block
 
-    def rollout(
-        self,
-        initial: Float[Tensor, "batch channels *space"],
-        params: Float[Tensor, "batch n_params"],
-        steps: int | None = None,
-        save_every: int | None = None,
-        on_step: Callable[[int], None] | None = None,
-    ) -> Trajectories:
-        """Step the batch a block at a time; keep the initial frame and every `save_every`-th step.
-        `on_step(samples)` is called after every step of a block (one call at a time)."""
-        state = (self.channels, *self.shape)
-        steps, save_every = self.rollout_lengths(initial, params, steps, save_every, state)
-        device = initial.device
-        n_frames = steps // save_every + 1
-        # Preallocated trajectory buffer, filled frame by frame (in-place writes on purpose; blocks write
-        # disjoint rows).
-        frames = trajectory_buffer((initial.shape[0], n_frames, *state), self.real_dtype, device)
-        report = serialised(on_step)
+    def block_stepper(self, run: RolloutRun) -> Callable[[slice], None]:
+        """Runge-Kutta steps of a block (`integrate`), padded to whole lane groups; `on_step(samples)` is
+        called after every step of a block."""
+        initial, params, steps, save_every, frames, report, _ = run
         length_column = list(self.parameter_names).index("domain_length")
 
         def run_block(rows: slice) -> None:
@@ -379,6 +358,4 @@ class BoundedSystem(SystemBase):
                 on_step=None if report is None else lambda: report(count),
             )
 
-        run_blocks(run_block, initial.shape[0], self.block_samples(device), device)
-        time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
-        return Trajectories(frames, time)
+        return run_block

@@ -274,38 +274,42 @@ class StepController(Protocol):
 
 
 class MemorylessStep:
-    """A controller whose context is the initial scales alone (no history: `FixedStep`, `ClassicalStep`)."""
+    """A controller whose context is the initial scales alone (no history: `FixedStep`, `ClassicalStep`):
+    a proposal from the state and one coefficient (a number, or (batch,) for one per system)."""
+
+    def __init__(self, coefficient: float | Tensor) -> None:
+        self.coefficient = coefficient
 
     def init(self, state: BodyState, current: Gravity, params: BodyParams) -> ControlContext:
         return ControlContext(system_scales(state, params, current.potential))
 
-
-class FixedStep(MemorylessStep):
-    """h = dt for every system (`dt` a number, or (batch,) for one step size per system)."""
-
-    def __init__(self, dt: float | Tensor) -> None:
-        self.dt = dt
-
     def step_size(
         self, state: BodyState, current: Gravity, params: BodyParams, context: ControlContext
     ) -> tuple[Tensor, ControlContext]:
+        return self.proposal(state, current, params, context.scales), context
+
+    def proposal(self, state: BodyState, current: Gravity, params: BodyParams, scales: Scales) -> Tensor:
+        """h per system (batch,)."""
+        raise NotImplementedError
+
+
+class FixedStep(MemorylessStep):
+    """h = dt for every system (`dt`, the coefficient, a number or (batch,) for one step size per system)."""
+
+    def proposal(self, state: BodyState, current: Gravity, params: BodyParams, scales: Scales) -> Tensor:
         x = state.positions
-        dt = torch.as_tensor(self.dt, dtype=x.dtype, device=x.device)
-        return dt.expand(x.shape[0]), context
+        dt = torch.as_tensor(self.coefficient, dtype=x.dtype, device=x.device)
+        return dt.expand(x.shape[0])
 
 
 class ClassicalStep(MemorylessStep):
-    """h = eta * classical time scale (see the module docstring); eta a number or (batch,)."""
+    """h = eta * classical time scale (see the module docstring); eta (the coefficient) a number or
+    (batch,)."""
 
-    def __init__(self, eta: float | Tensor) -> None:
-        self.eta = eta
-
-    def step_size(
-        self, state: BodyState, current: Gravity, params: BodyParams, context: ControlContext
-    ) -> tuple[Tensor, ControlContext]:
-        floor = TINY * context.scales.velocity
+    def proposal(self, state: BodyState, current: Gravity, params: BodyParams, scales: Scales) -> Tensor:
+        floor = TINY * scales.velocity
         tau = classical_timescale(pair_view(state, params), current.accelerations, floor)
-        return self.eta * tau, context
+        return self.coefficient * tau
 
 
 def build_controller(config: StepControlConfig, dt: float, device: str = "cpu") -> StepController:

@@ -15,8 +15,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import NBodyConfig
-from dynaforge.systems.base import InitialStates, SystemBase, Trajectories
-from dynaforge.systems.batching import LANES, block_samples, pad_rows, run_blocks
+from dynaforge.systems.base import BlockSteppedSystem, InitialStates, RolloutRun
+from dynaforge.systems.batching import LANES, block_samples, pad_rows
 from dynaforge.systems.nbody.control import StepController, build_controller, rollout_to_times
 from dynaforge.systems.nbody.initial import draw_system
 from dynaforge.systems.nbody.physics import (
@@ -30,7 +30,6 @@ from dynaforge.systems.nbody.physics import (
     gravity,
 )
 from dynaforge.systems.nbody.schemes import scheme_named
-from dynaforge.threads import serialised
 
 BLOCK_PAIR_VALUES = 2**19
 """A dataset rollout steps about this many pair-separation values at a time (672 systems of 16 bodies):
@@ -47,7 +46,7 @@ def channels_to_state(fields: Float[Tensor, "batch 6 bodies"]) -> BodyState:
     return BodyState(per_body[..., :3], per_body[..., 3:])
 
 
-class NBody(SystemBase):
+class NBody(BlockSteppedSystem):
     """The N-body system behind `dynaforge generate` (same contract as `SpectralSystem`).
 
     Parameter columns: mass_0 .. mass_{n-1}, softening, external_mass, external_x, external_y,
@@ -67,6 +66,7 @@ class NBody(SystemBase):
     channel_names: ClassVar[tuple[str, ...]] = CHANNEL_NAMES
     axis_names: ClassVar[tuple[str, ...]] = ("body",)
     rows_per_unit: ClassVar[int] = 1
+    rollout_axes: ClassVar[str] = f" with channels {CHANNEL_NAMES}"
 
     def __init__(self, config: NBodyConfig, controller: StepController | None = None) -> None:
         if not isinstance(config, NBodyConfig):
@@ -76,6 +76,7 @@ class NBody(SystemBase):
         self.compiled_forces: CompiledGravity | None = None  # built on first use (system.forces: compiled)
         self.shape = (config.bodies,)
         self.dtype = DTYPES[config.dtype]
+        self.real_dtype = self.dtype  # the trajectories' dtype
         self.scheme = scheme_named(config.integrator)
 
     @property
@@ -115,26 +116,15 @@ class NBody(SystemBase):
         index = np.arange(self.config.bodies, dtype=np.float64)
         return {"body": np.broadcast_to(index, (params.shape[0], self.config.bodies)).copy()}
 
-    def rollout(
-        self,
-        initial: Float[Tensor, "batch 6 bodies"],
-        params: Float[Tensor, "batch n_params"],
-        steps: int | None = None,
-        save_every: int | None = None,
-        on_step: Callable[[int], None] | None = None,
-    ) -> Trajectories:
+    def block_stepper(self, run: RolloutRun) -> Callable[[slice], None]:
         """Frames every `save_every * dt` time units up to `steps * dt`, the initial one included.
 
         With fixed control each frame is `save_every` steps of size dt. With adaptive or learned control
         the controller picks each system's steps and the last step before a frame is shortened to land
         on it (that shortening breaks exact time symmetry; `dynaforge nbody simulate` does not do it).
         """
-        state, axes = (6, self.config.bodies), f" with channels {CHANNEL_NAMES}"
-        steps, save_every = self.rollout_lengths(initial, params, steps, save_every, state, axes)
-        n_frames = steps // save_every + 1
+        initial, params, steps, save_every, fields, report, _ = run
         interval = self.config.dt * save_every
-        fields = torch.empty((initial.shape[0], n_frames, *state), dtype=self.dtype, device=initial.device)
-        report = serialised(on_step)
 
         def run_block(rows: slice) -> None:
             count = rows.stop - rows.start
@@ -144,13 +134,11 @@ class NBody(SystemBase):
             for frame, saved_state in enumerate(saved):
                 fields[rows, frame] = state_to_channels(saved_state)[:count]  # disjoint rows per block
 
-        run_blocks(run_block, initial.shape[0], self.block_samples(), initial.device)
-        time = torch.arange(n_frames, dtype=torch.float64) * interval
-        return Trajectories(fields, time)
+        return run_block
 
-    def block_samples(self) -> int:
-        """Systems per block (a multiple of 16, from the body count alone): about `BLOCK_PAIR_VALUES`
-        pair-separation values, so that a block's per-step tensors stay in cache."""
+    def block_samples(self, device: torch.device | None = None) -> int:
+        """Systems per block (a multiple of 16, from the body count alone, on any device): about
+        `BLOCK_PAIR_VALUES` pair-separation values, so that a block's per-step tensors stay in cache."""
         return block_samples(3 * self.config.bodies**2, BLOCK_PAIR_VALUES, LANES)
 
     def saved_states(

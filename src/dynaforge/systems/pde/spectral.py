@@ -32,19 +32,12 @@ from torch import Tensor
 
 from dynaforge.config import SystemConfig
 from dynaforge.errors import ConfigError
-from dynaforge.systems.base import (
-    InitialStates,
-    SystemBase,
-    Trajectories,
-    grid_coordinates,
-)
+from dynaforge.systems.base import BlockSteppedSystem, InitialStates, RolloutRun, grid_coordinates
 from dynaforge.systems.batching import (
     block_values_for,
     pad_rows,
     power_of_two_block,
     rows_for_lanes,
-    run_blocks,
-    trajectory_buffer,
 )
 from dynaforge.systems.pde.capture import CapturedSteps
 from dynaforge.systems.pde.etdrk import ETDCoefficients, etd_coefficients
@@ -56,7 +49,7 @@ from dynaforge.systems.pde.nonlinear import (
     quadratic_multiplier,
     zero_padded,
 )
-from dynaforge.threads import run_pieces, serialised
+from dynaforge.threads import run_pieces
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +137,7 @@ larger block would mostly step copies for small batches, while the per-call work
 at 128 samples (docs/reproducibility.md)."""
 
 
-class SpectralSystem(SystemBase):
+class SpectralSystem(BlockSteppedSystem):
     """A batched pseudo-spectral solver for u_t = L u + N(u); see the module docstring for conventions.
 
     Subclasses set `name`, `config_class`, `channels`, and implement `operators`, which returns the
@@ -366,34 +359,21 @@ class SpectralSystem(SystemBase):
         (`scripts/device_checks.sh`), not built in."""
         return self.block_samples(device) if device.type == "cpu" else self.lane_rows()
 
-    def rollout(
-        self,
-        initial: Float[Tensor, "batch channels *space"],
-        params: Float[Tensor, "batch n_params"],
-        steps: int | None = None,
-        save_every: int | None = None,
-        on_step: Callable[[int], None] | None = None,
-        cuda_graph: bool = True,
-    ) -> Trajectories:
-        """Step the batch, a block of samples at a time; keep the initial frame and every `save_every`-th step.
+    def block_stepper(self, run: RolloutRun) -> Callable[[slice], None]:
+        """ETD steps of a block (`etd_step`), padded to `padded_rows`; the operators are set up once when
+        every sample has the same parameters, else per block.
 
         `on_step(sample_steps)` is called after every step of a block with the number of samples it
-        advanced (from the worker threads, one call at a time); on a CUDA device, after every `save_every`
-        steps with the samples times the steps. There each block's `save_every` steps and the inverse
-        transform of the frame are captured as one CUDA graph (`CapturedSteps`) and replayed, unless
-        `cuda_graph` is false; the kernels are the same, so are the numbers.
+        advanced; on a CUDA device, after every `save_every` steps with the samples times the steps. There
+        each block's `save_every` steps and the inverse transform of the frame are captured as one CUDA
+        graph (`CapturedSteps`) and replayed, unless `cuda_graph` is false; the kernels are the same, so
+        are the numbers.
         """
-        state = (self.channels, *self.shape)
-        steps, save_every = self.rollout_lengths(initial, params, steps, save_every, state)
+        initial, params, steps, save_every, frames, report, cuda_graph = run
         device = initial.device
-        n_frames = steps // save_every + 1
-        # Preallocated trajectory buffer, filled frame by frame (in-place writes on purpose; blocks write
-        # disjoint rows).
-        frames = trajectory_buffer((initial.shape[0], n_frames, *state), self.real_dtype, device)
         shared = None
         if bool((params == params[:1]).all()):  # one parameter row: set the operators up once
             (shared,) = run_pieces(lambda row: self.operators(row, device), [params[:1]])
-        report = serialised(on_step)
         offset = self.state_offset()
         if offset is not None:
             offset = torch.tensor(offset, dtype=self.real_dtype, device=device).view(-1, *([1] * self.ndim))
@@ -432,9 +412,7 @@ class SpectralSystem(SystemBase):
                 if report is not None:
                     report(count)
 
-        run_blocks(run_block, initial.shape[0], self.block_samples(device), device)
-        time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
-        return Trajectories(frames, time)
+        return run_block
 
 
 def select_rows(coefficients: ETDCoefficients, index: Tensor) -> ETDCoefficients:

@@ -33,15 +33,15 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
+from dynaforge.config import RandomCNNConfig
 from dynaforge.systems.random_cnn.operator import (
     ACTIVATIONS,
     GROUP_CHANNELS,
     Architecture,
     Layer,
-    OperatorParams,
+    OperatorEngine,
     adds_input,
     periodic_pad,
-    update_coefficients,
 )
 
 NORM_EPS = 1e-5
@@ -152,26 +152,17 @@ def step_function(
     return torch.compile(fresh, dynamic=False, fullgraph=True)
 
 
-class FusedOperators:
+class FusedOperators(OperatorEngine):
     """K operators sharing an architecture, stepped one operator at a time by one fused step function.
 
     The state is (K, M, C, n, n) float32. Weights are stored bias-free in `dtype` (channels-last), biases
     and policy coefficients in float32.
     """
 
-    def __init__(
-        self,
-        arch: Architecture,
-        ops: Sequence[OperatorParams],
-        layers: Sequence[Sequence[Layer]],
-        dtype: torch.dtype = torch.bfloat16,
-        compile: bool = False,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        self.arch = arch
-        self.k = len(ops)
-        self.dtype = dtype
-        cl = torch.channels_last
+    def store(self, layers: Sequence[Sequence[Layer]], coefficients: Tensor, config: RandomCNNConfig) -> None:
+        """Per operator its bias-free weights (`dtype`, channels-last), biases and update coefficients
+        (float32, each row its own storage); the step function compiled when `config.compile`."""
+        device, dtype, cl = coefficients.device, self.dtype, torch.channels_last
         self.weights = [
             [layer.weight.to(device=device, dtype=dtype).contiguous(memory_format=cl) for layer in op_layers]
             for op_layers in layers
@@ -179,10 +170,10 @@ class FusedOperators:
         self.biases = [
             [layer.bias.to(device=device, dtype=torch.float32) for layer in op_layers] for op_layers in layers
         ]
-        group = GROUP_CHANNELS if arch.norm == "group" else 1  # instance norm: groups of one channel
-        self.norms = [group_matrices(width, group, device) for width in arch.widths[1:]]
-        self.coefficients = [row.clone() for row in update_coefficients(ops, device)]  # own storage each
-        self.step_one = step_function(arch, dtype, compile, torch.get_num_threads())
+        group = GROUP_CHANNELS if self.arch.norm == "group" else 1  # instance norm: groups of one channel
+        self.norms = [group_matrices(width, group, device) for width in self.arch.widths[1:]]
+        self.coefficients = [row.clone() for row in coefficients]  # own storage each
+        self.step_one = step_function(self.arch, dtype, config.compile, torch.get_num_threads())
 
     def step(
         self, x: Float[Tensor, "k m channels x y"], noise: Float[Tensor, "k m channels x y"]

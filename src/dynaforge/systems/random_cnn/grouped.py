@@ -23,49 +23,41 @@ from dynaforge.systems.random_cnn.operator import (
     ACTIVATIONS,
     Architecture,
     Layer,
+    OperatorEngine,
     OperatorParams,
     adds_input,
     architecture_of,
     normalize,
     periodic_pad,
-    update_coefficients,
 )
 from dynaforge.threads import run_pieces, serialised
 
 log = logging.getLogger(__name__)
 
 
-class GroupedOperators:
+class GroupedOperators(OperatorEngine):
     """K operators sharing an architecture, stacked as grouped-convolution weights.
 
     The state of the group is (M, K C, n, n): realizations on the batch axis, operator k's channels at
     [k C, (k + 1) C). Convolutions run in `dtype` (bfloat16 or float32), channels-last on request.
     """
 
-    def __init__(
-        self,
-        arch: Architecture,
-        ops: Sequence[OperatorParams],
-        layers: Sequence[Sequence[Layer]],
-        dtype: torch.dtype = torch.bfloat16,
-        channels_last: bool = True,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        self.arch = arch
-        self.k = len(ops)
-        self.dtype = dtype
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    def store(self, layers: Sequence[Sequence[Layer]], coefficients: Tensor, config: RandomCNNConfig) -> None:
+        """Layer i of every operator concatenated along the output channels (one grouped convolution), in
+        `dtype` (channels-last when `config.channels_last`); the coefficients repeated per channel."""
+        device = coefficients.device
+        self.memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
         self.weights = [
             torch.cat([layer[i].weight for layer in layers])
-            .to(device=device, dtype=dtype)
+            .to(device=device, dtype=self.dtype)
             .contiguous(memory_format=self.memory_format)
             for i in range(len(layers[0]))
         ]
         self.biases = [
-            torch.cat([layer[i].bias for layer in layers]).to(device=device, dtype=dtype)
+            torch.cat([layer[i].bias for layer in layers]).to(device=device, dtype=self.dtype)
             for i in range(len(layers[0]))
         ]
-        per_channel = update_coefficients(ops, device).repeat_interleave(arch.channels, dim=0)  # (K C, 3)
+        per_channel = coefficients.repeat_interleave(self.arch.channels, dim=0)  # (K C, 3)
         self.p, self.q, self.q_sigma = (column.view(1, -1, 1, 1) for column in per_channel.unbind(1))
 
     def apply(self, x: Float[Tensor, "m kc x y"]) -> Float[Tensor, "m kc x y"]:
@@ -90,6 +82,10 @@ class GroupedOperators:
         noise = noise.transpose(0, 1).reshape(m, k * c, *noise.shape[3:])
         out = self.p * x + self.q * self.apply(x) + self.q_sigma * noise
         return out.view(m, k, c, *x.shape[2:]).transpose(0, 1)
+
+
+ENGINES: dict[str, type[OperatorEngine]] = {"fused": FusedOperators, "grouped": GroupedOperators}
+"""`system.engine` -> the class that steps a group of operators."""
 
 
 @runtime_checkable
@@ -120,10 +116,7 @@ def build_group(
     device: torch.device | str = "cpu",
 ) -> OperatorGroup:
     """The engine `config.engine` for K operators of one architecture (what generation runs)."""
-    dtype = conv_dtype(config, device)
-    if config.engine == "grouped":
-        return GroupedOperators(arch, ops, layers, dtype, config.channels_last, device)
-    return FusedOperators(arch, ops, layers, dtype, config.compile, device)
+    return ENGINES[config.engine](arch, ops, layers, config, conv_dtype(config, device), device)
 
 
 def grouped_rollout(
@@ -255,56 +248,46 @@ def generate_operators(
     config: RandomCNNConfig,
     device: torch.device,
     on_step: Callable[[int], Any] | None = None,
+    grouped: bool | None = None,
 ) -> Float[Tensor, "k m time channels x y"]:
-    """Trajectories of every operator of a batch: `operators_one_at_a_time` on the CPU (the same bytes in
-    any batch and on any thread count), `operators_grouped` on a GPU (the fewest kernel launches)."""
-    if device.type == "cpu":
-        return operators_one_at_a_time(batch, config, device, on_step)
-    return operators_grouped(batch, config, device, on_step)
-
-
-def empty_frames(count: int, config: RandomCNNConfig, device: torch.device) -> Tensor:
-    """The (K, M, T, C, n, n) float32 trajectory buffer of `count` operators, on `device` (trajectories stay
-    on the device that makes them)."""
-    shape = (count, config.realizations, config.n_frames, config.channels, *(config.resolution,) * 2)
-    return torch.empty(shape, dtype=torch.float32, device=device)
+    """Trajectories of every operator of a batch, a (K, M, T, C, n, n) float32 buffer on `device`
+    (trajectories stay on the device that makes them): operators one at a time on the CPU (the same bytes
+    in any batch and on any thread count), grouped by architecture on a GPU (the fewest kernel launches);
+    `grouped` chooses against the device. `on_step` is called from one thread at a time."""
+    shape = (len(batch.ops), config.realizations, config.n_frames, config.channels, *(config.resolution,) * 2)
+    frames = torch.empty(shape, dtype=torch.float32, device=device)
+    if grouped is None:
+        grouped = device.type != "cpu"
+    fill = operators_grouped if grouped else operators_one_at_a_time
+    fill(batch, config, frames, serialised(on_step))
+    return frames
 
 
 def operators_one_at_a_time(
-    batch: OperatorBatch,
-    config: RandomCNNConfig,
-    device: torch.device,
-    on_step: Callable[[int], Any] | None = None,
-) -> Float[Tensor, "k m time channels x y"]:
-    """Each operator alone (its M realizations together) on one intra-op thread of the CPU, operators side
-    by side on the allowed threads (`dynaforge.threads`): an operator's trajectories do not depend on the
-    batch it is generated in or on the thread count."""
-    frames = empty_frames(len(batch.ops), config, device)
-    report = serialised(on_step)
+    batch: OperatorBatch, config: RandomCNNConfig, frames: Tensor, report: Callable[[int], None] | None
+) -> None:
+    """Each operator alone (its M realizations together) into its rows of `frames`, on one intra-op thread
+    of the CPU, operators side by side on the allowed threads (`dynaforge.threads`): an operator's
+    trajectories do not depend on the batch it is generated in or on the thread count."""
 
     def run_operator(i: int) -> None:
         arch = architecture_of(batch.ops[i], config.channels)
-        group = build_group(arch, [batch.ops[i]], [batch.layers[i]], config, device)
+        group = build_group(arch, [batch.ops[i]], [batch.layers[i]], config, frames.device)
         grouped_rollout(
             group, batch.initial[i : i + 1], [batch.generators[i]], config.steps, config.save_every, report,
             [frames[i]],
         )  # fmt: skip
 
     run_pieces(run_operator, list(range(len(batch.ops))))
-    return frames
 
 
 def operators_grouped(
-    batch: OperatorBatch,
-    config: RandomCNNConfig,
-    device: torch.device,
-    on_step: Callable[[int], Any] | None = None,
-) -> Float[Tensor, "k m time channels x y"]:
-    """Operators grouped by architecture, each group split to the memory budget (halved and retried on
-    out-of-memory, the noise replayed)."""
-    count = len(batch.ops)
+    batch: OperatorBatch, config: RandomCNNConfig, frames: Tensor, report: Callable[[int], None] | None
+) -> None:
+    """Operators grouped by architecture into their rows of `frames`, each group split to the memory budget
+    (halved and retried on out-of-memory, the noise replayed)."""
+    device = frames.device
     m = config.realizations
-    frames = empty_frames(count, config, device)
     dtype = conv_dtype(config, device)
     by_arch: dict[Architecture, list[int]] = {}
     for i, op in enumerate(batch.ops):
@@ -330,7 +313,7 @@ def operators_grouped(
                     generators,
                     config.steps,
                     config.save_every,
-                    on_step,
+                    report,
                     direct,
                 )
             except (RuntimeError, torch.OutOfMemoryError) as error:
@@ -345,4 +328,3 @@ def operators_grouped(
             if direct is None:
                 frames[chunk] = result
             start += len(chunk)
-    return frames

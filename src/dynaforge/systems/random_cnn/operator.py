@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from dynaforge.config import OperatorSpace
+from dynaforge.config import OperatorSpace, RandomCNNConfig
 from dynaforge.errors import ConfigError
 from dynaforge.systems.random_cnn.sampling import decode_value, space_dimensions
 
@@ -122,6 +122,30 @@ def update_coefficients(
         p, q = policy_coefficients(op)
         rows.append((p, q, q * op.noise_scale))
     return torch.tensor(rows, dtype=torch.float32, device=device)
+
+
+class OperatorEngine:
+    """K operators sharing an architecture, set up for one way of stepping them (`config.engine` names the
+    subclass: `grouped.ENGINES`): `arch`, `k` and the convolutions' `dtype` here; the weights and the
+    update coefficients are stored by the subclass in its own layout (`store`)."""
+
+    def __init__(
+        self,
+        arch: Architecture,
+        ops: Sequence[OperatorParams],
+        layers: Sequence[Sequence[Layer]],
+        config: RandomCNNConfig,
+        dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.arch = arch
+        self.k = len(ops)
+        self.dtype = dtype
+        self.store(layers, update_coefficients(ops, device), config)
+
+    def store(self, layers: Sequence[Sequence[Layer]], coefficients: Tensor, config: RandomCNNConfig) -> None:
+        """Keep the K operators' `layers` and update `coefficients` (K, 3) on the coefficients' device."""
+        raise NotImplementedError
 
 
 @no_type_check  # traced by torch.compile in the fused engine: no runtime type-checking wrapper
