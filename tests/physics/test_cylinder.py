@@ -139,11 +139,11 @@ def test_the_largest_safe_time_step_is_accepted_and_a_little_more_is_not() -> No
 
 
 def test_the_covered_fraction_mask_has_the_discs_area() -> None:
-    from dynaforge.systems.flow.channel import disc_fractions
+    from dynaforge.systems.flow.channel import Discs, disc_fractions
 
     one = lambda value: torch.full((1, 1, 1), value, dtype=torch.float64)  # noqa: E731
     h = 0.41 / 41
-    mask_u, mask_v, cells = disc_fractions(220, 41, h, one(0.2), one(0.2), one(0.05))
+    mask_u, mask_v, cells = disc_fractions(220, 41, h, Discs(one(0.2), one(0.2), one(0.05)))
     # Measured: the three masks' areas 0.99949 of pi r^2 (8 x 8 points per control volume), values in [0, 1].
     for mask in (mask_u, mask_v, cells):
         assert float(mask.sum()) * h * h == pytest.approx(math.pi * 0.05**2, rel=2e-3)

@@ -13,8 +13,7 @@ y; the walls lie half a cell outside the grid): `u` and `v`, each the mean of a 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -23,17 +22,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import SystemConfig
-from dynaforge.config.base import POSITIVE, Range, at_least, checked
+from dynaforge.config.base import POSITIVE, Range, at_least, checked, ranged
 from dynaforge.errors import ConfigError
-from dynaforge.seeds import Rows, sample_rng
-from dynaforge.systems.base import SampleRows, SystemBase, Trajectories
-from dynaforge.systems.batching import (
-    block_values_for,
-    pad_rows,
-    power_of_two_block,
-    run_blocks,
-    trajectory_buffer,
-)
 from dynaforge.systems.flow.mac import (
     FaceVelocity,
     FlowCoefficients,
@@ -45,13 +35,7 @@ from dynaforge.systems.flow.mac import (
     ssp_rk3_step,
     stable_time_step,
 )
-from dynaforge.systems.pde.initial import draw_from_range
-from dynaforge.threads import serialised
-
-BLOCK_VALUES = 2**15
-"""A CPU rollout steps its batch in blocks of about this many cell values (u, v and p of each sample: 8
-samples of 32 x 32, 2 of 64 x 64, 1 of 128 x 128), padded to the full block with copies, so that every
-matrix product a sample goes through has a shape that comes from the grid alone (`systems/batching.py`)."""
+from dynaforge.systems.flow.system import BlockStepping, FlowSystem
 
 
 class SteadyState(NamedTuple):
@@ -94,17 +78,11 @@ class CavityConfig(SystemConfig):
     lid_speed.high, reynolds.low and domain_length.low) is refused with the largest safe value."""
     steps: int = 4000
     save_every: int = 40
-    domain_length: Range = field(
-        default_factory=lambda: Range(1.0, 1.0), metadata={"check": POSITIVE.because("cavity side L")}
-    )
+    domain_length: Range = ranged(1.0, check=POSITIVE.because("cavity side L"))
     """Side L of the square cavity."""
-    reynolds: Range = field(
-        default_factory=lambda: Range(100.0, 1000.0), metadata={"check": POSITIVE.because("Reynolds number")}
-    )
+    reynolds: Range = ranged(100.0, 1000.0, check=POSITIVE.because("Reynolds number"))
     """Reynolds number Re = U L / nu."""
-    lid_speed: Range = field(
-        default_factory=lambda: Range(1.0, 1.0), metadata={"check": POSITIVE.because("lid speed")}
-    )
+    lid_speed: Range = ranged(1.0, check=POSITIVE.because("lid speed"))
     """Speed U of the lid (the top wall moves in +x)."""
 
     def __post_init__(self) -> None:
@@ -120,6 +98,11 @@ class CavityConfig(SystemConfig):
                 f"set system.dt <= {largest:.4g} (and steps to cover the same time)"
             )
 
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        """Cells along x and along y."""
+        return (self.resolution, self.resolution)
+
     def largest_stable_dt(self) -> float:
         """`mac.stable_time_step` for the fastest, most viscous (per cell) sample the ranges allow: both of
         its terms grow with U and n / L, the viscous one also with 1 / Re."""
@@ -127,49 +110,10 @@ class CavityConfig(SystemConfig):
         return stable_time_step(speed, speed * side / self.reynolds.low, side / self.resolution)
 
 
-class LidDrivenCavity(SystemBase):
+class LidDrivenCavity(FlowSystem):
     name: ClassVar[str] = "cavity"
     config_class: ClassVar[type] = CavityConfig
-    conserved: ClassVar[tuple[str, ...]] = ()
-    """Nothing: the lid works on the fluid and the walls take momentum out."""
-    channels: ClassVar[int] = 3
-    rows_per_unit: ClassVar[int] = 1
-    ndim: int = 2
-
-    def __init__(self, config: CavityConfig) -> None:
-        if not isinstance(config, CavityConfig):
-            raise TypeError(f"LidDrivenCavity needs a CavityConfig, got {type(config).__name__}")
-        self.config = config
-        self.shape = (config.resolution, config.resolution)
-        self.real_dtype = torch.float64 if config.dtype == "float64" else torch.float32
-
-    @property
-    def parameter_names(self) -> tuple[str, ...]:
-        return self.config.parameter_names()
-
-    @property
-    def channel_names(self) -> tuple[str, ...]:
-        return ("u", "v", "pressure")
-
-    @property
-    def axis_names(self) -> tuple[str, ...]:
-        return ("x", "y")
-
-    def draw_parameters(self, rngs: Sequence[np.random.Generator]) -> Float[Tensor, "batch n_params"]:
-        """One parameter row per generator, in `parameter_names` order (float64)."""
-        rows = [
-            [draw_from_range(getattr(self.config, name), rng) for name in self.parameter_names]
-            for rng in rngs
-        ]
-        return torch.tensor(rows, dtype=torch.float64).view(len(rngs), len(self.parameter_names))
-
-    def sample_rows(
-        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
-    ) -> SampleRows:
-        params = self.draw_parameters([sample_rng(seed) for seed in rows.seeds()])
-        result = self.rollout(params.to(device), on_step=on_steps)
-        fields = result.fields.to(torch.float32)  # (rows, T, 3, n, n), rounded to float32 where made
-        return SampleRows(fields, params.numpy(), result.time.cpu().numpy(), {})
+    stored: ClassVar[tuple[str, str, str]] = ("u", "v", "pressure")
 
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """The cell centres (i + 1/2) L / n of each axis, per sample."""
@@ -212,53 +156,18 @@ class LidDrivenCavity(SystemBase):
             torch.zeros((batch, n, n - 1), dtype=self.real_dtype, device=device),
         )
 
-    def block_samples(self, device: torch.device) -> int:
-        """Samples per block on `device`: from the grid and the device kind alone, a power of two."""
-        return power_of_two_block(3 * math.prod(self.shape), block_values_for(device, BLOCK_VALUES), 1)
-
     def frame(self, velocity: FaceVelocity, c: FlowCoefficients) -> Float[Tensor, "batch 3 n n"]:
         u, v = cell_centred(velocity)
         return torch.stack([u, v, pressure(velocity, c)], dim=1)
 
-    def rollout(
-        self,
-        params: Float[Tensor, "batch n_params"],
-        steps: int | None = None,
-        save_every: int | None = None,
-        on_step: Callable[[int], None] | None = None,
-        initial: FaceVelocity | None = None,
-    ) -> Trajectories:
-        """Step the batch from rest (or from `initial`), a block at a time; keep the initial frame and every
-        `save_every`-th step. `on_step(samples)` is called after every step of a block."""
-        steps = self.config.steps if steps is None else steps
-        save_every = self.config.save_every if save_every is None else save_every
-        self.check_params(params)
-        device = params.device
-        batch = params.shape[0]
-        start = self.at_rest(batch, device) if initial is None else initial
-        n_frames = steps // save_every + 1
-        # Preallocated trajectory buffer, filled frame by frame (in-place writes on purpose; blocks write
-        # disjoint rows).
-        frames = trajectory_buffer((batch, n_frames, self.channels, *self.shape), self.real_dtype, device)
-        report = serialised(on_step)
-        block = self.block_samples(device)
-        padded = block if device.type == "cpu" else 1
-
-        def run_block(rows: slice) -> None:
-            count = rows.stop - rows.start
-            c = self.coefficients(pad_rows(params[rows], padded))
-            velocity = FaceVelocity(*(pad_rows(part[rows].to(self.real_dtype), padded) for part in start))
-            frames[rows, 0] = self.frame(velocity, c)[:count]
-            for n in range(1, steps + 1):
-                velocity = ssp_rk3_step(velocity, c)
-                if n % save_every == 0:
-                    frames[rows, n // save_every] = self.frame(velocity, c)[:count]
-                if report is not None:
-                    report(count)
-
-        run_blocks(run_block, batch, block, device)
-        time = torch.arange(n_frames, dtype=torch.float64) * (self.config.dt * save_every)
-        return Trajectories(frames, time)
+    def block_stepping(self, params: Float[Tensor, "batch n_params"]) -> BlockStepping:
+        """From rest, SSP-RK3 steps."""
+        c = self.coefficients(params)
+        return BlockStepping(
+            self.at_rest(params.shape[0], params.device),
+            lambda velocity: ssp_rk3_step(velocity, c),
+            lambda velocity: self.frame(velocity, c),
+        )
 
     # ---- steady states (the Ghia, Ghia & Shin check) ------------------------------------------------
 

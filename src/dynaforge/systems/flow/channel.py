@@ -64,17 +64,20 @@ def disc_chi(
     return ((radius - distance) * (1.0 / (width * spacing)) + 0.5).clamp(0.0, 1.0)
 
 
+class Discs(NamedTuple):
+    """One disc per sample: centres and radii, each (B, 1, 1) float64."""
+
+    centre_x: Tensor
+    centre_y: Tensor
+    radius: Tensor
+
+
 def disc_masks(
-    nx: int,
-    ny: int,
-    spacing: float,
-    centre_x: Tensor,
-    centre_y: Tensor,
-    radius: Tensor,
-    width: float = 1.0,
+    nx: int, ny: int, spacing: float, discs: Discs, width: float = 1.0
 ) -> tuple[Tensor, Tensor, Tensor]:
     """chi of one disc per sample (centres and radii (B, 1, 1), float64) on the inner u faces (B, nx-1, ny),
     the inner v faces (B, nx, ny-1) and the cell centres (B, nx, ny), float64."""
+    centre_x, centre_y, radius = discs
     device = radius.device
     faces_x = torch.arange(1, nx, dtype=torch.float64, device=device) * spacing
     centres_x = (torch.arange(nx, dtype=torch.float64, device=device) + 0.5) * spacing
@@ -88,13 +91,7 @@ def disc_masks(
 
 
 def disc_fractions(
-    nx: int,
-    ny: int,
-    spacing: float,
-    centre_x: Tensor,
-    centre_y: Tensor,
-    radius: Tensor,
-    points: int = 8,
+    nx: int, ny: int, spacing: float, discs: Discs, points: int = 8
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The fraction of each face's control volume (the h x h square centred on it) that one disc per sample
     covers, on the inner u faces, the inner v faces and the cells (as `disc_masks`): the mean of the disc's
@@ -105,7 +102,8 @@ def disc_fractions(
     for dx in offsets:
         for dy in offsets:
             # a ramp of width 1e-9 cells: the disc's indicator at the shifted points
-            shifted = disc_masks(nx, ny, spacing, centre_x - dx, centre_y - dy, radius, width=1e-9)
+            moved = Discs(discs.centre_x - dx, discs.centre_y - dy, discs.radius)
+            shifted = disc_masks(nx, ny, spacing, moved, width=1e-9)
             sums = list(shifted) if not sums else [a + b for a, b in zip(sums, shifted, strict=True)]
     scale = 1.0 / (points * points)
     return sums[0] * scale, sums[1] * scale, sums[2] * scale
@@ -129,7 +127,7 @@ def disc_mask(
 ) -> tuple[Tensor, Tensor]:
     """chi of one disc on the inner u and v faces, (1, nx-1, ny) and (1, nx, ny-1) (`disc_masks`)."""
     s = lambda value: torch.full((1, 1, 1), value, dtype=torch.float64)  # noqa: E731
-    mask_u, mask_v, _ = disc_masks(nx, ny, spacing, s(centre[0]), s(centre[1]), s(radius), width)
+    mask_u, mask_v, _ = disc_masks(nx, ny, spacing, Discs(s(centre[0]), s(centre[1]), s(radius)), width)
     return mask_u.to(dtype), mask_v.to(dtype)
 
 
@@ -226,7 +224,9 @@ def dfg_channel(
     nx = round(2.2 / h)
     if fraction:
         one = lambda value: torch.full((1, 1, 1), value, dtype=torch.float64)  # noqa: E731
-        mask_u, mask_v, _ = (m.to(dtype) for m in disc_fractions(nx, ny, h, one(0.2), one(0.2), one(0.05)))
+        mask_u, mask_v, _ = (
+            m.to(dtype) for m in disc_fractions(nx, ny, h, Discs(one(0.2), one(0.2), one(0.05)))
+        )
     else:
         mask_u, mask_v = disc_mask(nx, ny, h, (0.2, 0.2), 0.05, dtype, width)
     inflow = parabolic_inflow(ny, 1.5, dtype)

@@ -17,8 +17,6 @@ its cylinder is (as Darcy's permeability `a` is its first frame). The centre and
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -28,18 +26,9 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import SystemConfig
-from dynaforge.config.base import POSITIVE, Range, at_least, checked
+from dynaforge.config.base import POSITIVE, Range, at_least, checked, ranged
 from dynaforge.errors import ConfigError
-from dynaforge.seeds import Rows, sample_rng
-from dynaforge.systems.base import SampleRows, SystemBase, Trajectories
-from dynaforge.systems.batching import (
-    block_values_for,
-    pad_rows,
-    power_of_two_block,
-    run_blocks,
-    trajectory_buffer,
-)
-from dynaforge.systems.flow.channel import Channel, disc_masks, full_faces, project, step, with_outflow
+from dynaforge.systems.flow.channel import Channel, Discs, disc_masks, full_faces, project, step, with_outflow
 from dynaforge.systems.flow.mac import (
     FaceVelocity,
     FlowCoefficients,
@@ -47,13 +36,7 @@ from dynaforge.systems.flow.mac import (
     WallSpeeds,
     stable_time_step,
 )
-from dynaforge.systems.pde.initial import draw_from_range
-from dynaforge.threads import serialised
-
-BLOCK_VALUES = 2**15
-"""A CPU rollout steps its batch in blocks of about this many cell values (u, v and p of each sample: 1
-sample of the 41 x 220 DFG grid, 2 of the 24 x 128 preset), padded to the full block with copies, so that
-every matrix product a sample goes through has a shape that comes from the grid alone (`systems/batching.py`)."""
+from dynaforge.systems.flow.system import BlockStepping, FlowSystem
 
 SPEED_BOUND = 4.0 / 3.0
 """|u|, |v| <= this times the inflow peak, for the stability estimate (the flow speeds up past the cylinder:
@@ -75,9 +58,7 @@ class CylinderConfig(SystemConfig):
     """Cells across the channel n (h = height / n); the grid is round(L / h) x n cells."""
     height: float = field(default=0.41, metadata={"check": POSITIVE.because("channel height H")})
     """Height H of the channel (walls at y = 0 and y = H)."""
-    domain_length: Range = field(
-        default_factory=lambda: Range(2.2, 2.2), metadata={"check": POSITIVE.because("channel length L")}
-    )
+    domain_length: Range = ranged(2.2, check=POSITIVE.because("channel length L"))
     """Length L of the channel (one value: every sample has the same grid), rounded to whole cells."""
     dt: float = 0.003
     """Time step of the SSP-RK3 scheme; a value above its estimated stability bound (from resolution,
@@ -87,25 +68,15 @@ class CylinderConfig(SystemConfig):
     save_every: int = 10
     spin_up: int = checked(0, check=at_least(0.0).because("unstored steps"))
     """Steps taken from the start before the first stored frame (not stored)."""
-    reynolds: Range = field(
-        default_factory=lambda: Range(100.0, 100.0), metadata={"check": POSITIVE.because("Reynolds number")}
-    )
+    reynolds: Range = ranged(100.0, check=POSITIVE.because("Reynolds number"))
     """Re = (2U/3) D / nu: mean inflow speed times diameter over viscosity."""
-    inflow_peak: Range = field(
-        default_factory=lambda: Range(1.5, 1.5), metadata={"check": POSITIVE.because("inflow peak speed")}
-    )
+    inflow_peak: Range = ranged(1.5, check=POSITIVE.because("inflow peak speed"))
     """Peak U of the parabolic inflow profile."""
-    centre_x: Range = field(
-        default_factory=lambda: Range(0.2, 0.2), metadata={"check": POSITIVE.because("cylinder centre x")}
-    )
+    centre_x: Range = ranged(0.2, check=POSITIVE.because("cylinder centre x"))
     """x of the cylinder's centre."""
-    centre_y: Range = field(
-        default_factory=lambda: Range(0.2, 0.2), metadata={"check": POSITIVE.because("cylinder centre y")}
-    )
+    centre_y: Range = ranged(0.2, check=POSITIVE.because("cylinder centre y"))
     """y of the cylinder's centre."""
-    radius: Range = field(
-        default_factory=lambda: Range(0.05, 0.05), metadata={"check": POSITIVE.because("cylinder radius")}
-    )
+    radius: Range = ranged(0.05, check=POSITIVE.because("cylinder radius"))
     """Radius r of the cylinder."""
     penalisation: float = field(default=1e-4, metadata={"check": POSITIVE.because("penalisation time eta")})
     """eta of the volume penalisation -chi u / eta (taken implicitly: any value is stable)."""
@@ -176,54 +147,20 @@ class CylinderConfig(SystemConfig):
         """nu = (2U/3) 2r / Re at its largest over the ranges."""
         return (2.0 / 3.0) * self.inflow_peak.high * 2.0 * self.radius.high / self.reynolds.low
 
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        """Cells along x and along y."""
+        return (self.cells_along, self.resolution)
+
     def largest_stable_dt(self) -> float:
         """`mac.stable_time_step` with |u|, |v| <= `SPEED_BOUND` inflow peaks and the largest viscosity."""
         return stable_time_step(SPEED_BOUND * self.inflow_peak.high, self.largest_viscosity(), self.spacing)
 
 
-class CylinderFlow(SystemBase):
+class CylinderFlow(FlowSystem):
     name: ClassVar[str] = "cylinder"
     config_class: ClassVar[type] = CylinderConfig
-    conserved: ClassVar[tuple[str, ...]] = ()
-    """Nothing: the inflow brings momentum in, the cylinder and the walls take it out."""
-    channels: ClassVar[int] = 3
-    rows_per_unit: ClassVar[int] = 1
-    ndim: int = 2
-
-    def __init__(self, config: CylinderConfig) -> None:
-        if not isinstance(config, CylinderConfig):
-            raise TypeError(f"CylinderFlow needs a CylinderConfig, got {type(config).__name__}")
-        self.config = config
-        self.shape = (config.cells_along, config.resolution)
-        self.real_dtype = torch.float64 if config.dtype == "float64" else torch.float32
-
-    @property
-    def parameter_names(self) -> tuple[str, ...]:
-        return self.config.parameter_names()
-
-    @property
-    def channel_names(self) -> tuple[str, ...]:
-        return ("u", "v", "obstacle")
-
-    @property
-    def axis_names(self) -> tuple[str, ...]:
-        return ("x", "y")
-
-    def draw_parameters(self, rngs: Sequence[np.random.Generator]) -> Float[Tensor, "batch n_params"]:
-        """One parameter row per generator, in `parameter_names` order (float64)."""
-        rows = [
-            [draw_from_range(getattr(self.config, name), rng) for name in self.parameter_names]
-            for rng in rngs
-        ]
-        return torch.tensor(rows, dtype=torch.float64).view(len(rngs), len(self.parameter_names))
-
-    def sample_rows(
-        self, rows: Rows, device: torch.device, on_steps: Callable[[int], Any] | None = None
-    ) -> SampleRows:
-        params = self.draw_parameters([sample_rng(seed) for seed in rows.seeds()])
-        result = self.rollout(params.to(device), on_step=on_steps)
-        fields = result.fields.to(torch.float32)  # (rows, T, 3, nx, ny), rounded to float32 where made
-        return SampleRows(fields, params.numpy(), result.time.cpu().numpy(), {})
+    stored: ClassVar[tuple[str, str, str]] = ("u", "v", "obstacle")
 
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """The cell centres (i + 1/2) h of each axis, the same for every sample."""
@@ -259,7 +196,7 @@ class CylinderFlow(SystemBase):
         )
         nx, ny = self.shape
         h = config.spacing
-        mask_u, mask_v, mask_c = disc_masks(nx, ny, h, cx, cy, radius, config.mask_width)
+        mask_u, mask_v, mask_c = disc_masks(nx, ny, h, Discs(cx, cy, radius), config.mask_width)
         y = (torch.arange(ny, dtype=torch.float64, device=params.device) + 0.5) / ny
         inflow = 4.0 * peak * (y * (1.0 - y)).view(1, 1, ny)
         dt, eta = config.dt, config.penalisation
@@ -291,10 +228,6 @@ class CylinderFlow(SystemBase):
         v = torch.zeros((batch, nx, ny - 1), dtype=self.real_dtype, device=inner.device)
         return project(FaceVelocity(with_outflow(inner, channel), v), channel, c.poisson)
 
-    def block_samples(self, device: torch.device) -> int:
-        """Samples per block on `device`: from the grid and the device kind alone, a power of two."""
-        return power_of_two_block(3 * math.prod(self.shape), block_values_for(device, BLOCK_VALUES), 1)
-
     def frame(self, velocity: FaceVelocity, channel: Channel, obstacle: Tensor) -> Tensor:
         """(B, 3, nx, ny): u and v at the cell centres, and chi there."""
         u, v = full_faces(velocity, channel)
@@ -302,45 +235,14 @@ class CylinderFlow(SystemBase):
             [(u[:, 1:] + u[:, :-1]) * 0.5, (v[:, :, 1:] + v[:, :, :-1]) * 0.5, obstacle], dim=1
         )
 
-    def rollout(
-        self,
-        params: Float[Tensor, "batch n_params"],
-        steps: int | None = None,
-        save_every: int | None = None,
-        on_step: Callable[[int], None] | None = None,
-        spin_up: int | None = None,
-    ) -> Trajectories:
-        """Step the batch from its start, `spin_up` steps unstored, then keep the frame there and every
-        `save_every`-th step of `steps`; a block at a time. `on_step(samples)` is called after every stored
-        step of a block."""
-        steps = self.config.steps if steps is None else steps
-        save_every = self.config.save_every if save_every is None else save_every
-        spin_up = self.config.spin_up if spin_up is None else spin_up
-        self.check_params(params)
-        device = params.device
-        batch = params.shape[0]
-        n_frames = steps // save_every + 1
-        # Preallocated trajectory buffer, filled frame by frame (in-place writes on purpose; blocks write
-        # disjoint rows).
-        frames = trajectory_buffer((batch, n_frames, self.channels, *self.shape), self.real_dtype, device)
-        report = serialised(on_step)
-        block = self.block_samples(device)
-        padded = block if device.type == "cpu" else 1
+    def spin_up_steps(self) -> int:
+        return self.config.spin_up
 
-        def run_block(rows: slice) -> None:
-            count = rows.stop - rows.start
-            channel, c, obstacle = self.setup(pad_rows(params[rows], padded))
-            velocity = self.start(channel, c)
-            for _ in range(spin_up):
-                velocity, _force = step(velocity, channel, c)
-            frames[rows, 0] = self.frame(velocity, channel, obstacle)[:count]
-            for n in range(1, steps + 1):
-                velocity, _force = step(velocity, channel, c)
-                if n % save_every == 0:
-                    frames[rows, n // save_every] = self.frame(velocity, channel, obstacle)[:count]
-                if report is not None:
-                    report(count)
-
-        run_blocks(run_block, batch, block, device)
-        time = (spin_up + torch.arange(n_frames, dtype=torch.float64) * save_every) * self.config.dt
-        return Trajectories(frames, time)
+    def block_stepping(self, params: Float[Tensor, "batch n_params"]) -> BlockStepping:
+        """From the inflow profile outside the cylinder (projected), penalised SSP-RK3 steps."""
+        channel, c, obstacle = self.setup(params)
+        return BlockStepping(
+            self.start(channel, c),
+            lambda velocity: step(velocity, channel, c)[0],
+            lambda velocity: self.frame(velocity, channel, obstacle),
+        )
