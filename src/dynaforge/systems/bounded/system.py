@@ -8,7 +8,7 @@ stored as parameters `<side>_value`, `<side>_amplitude`, `<side>_frequency`; the
 attributes.
 
 Reproducibility: the batch is stepped in blocks whose size comes from the grid alone, each on one intra-op
-thread (`systems/batching.py`). A step is slices, concatenations and IEEE additions and products, which
+thread (`systems/batching.py`). A step is shifted views and in-place IEEE additions and products, which
 round the same wherever a sample sits in a block; the one transcendental call, the sine of the boundary
 values, runs on (block,) tensors padded to whole lane groups, so every value takes the vector path.
 """
