@@ -312,7 +312,9 @@ def integrate(
 
     def rate(u: Tensor, t: float, out: Tensor) -> Tensor:
         f = tendency(Stencils(u, grid, layers_at(t), workspace, out), t)
-        return f if forcing is None else f.add_(forcing(t))
+        if f is not out:  # a tendency written out of place: its result joins the workspace's buffers
+            out.copy_(f)
+        return out if forcing is None else out.add_(forcing(t))
 
     def impose(u: Tensor, t: float) -> Tensor:
         return impose_dirichlet(u, workspace, layers_at(t))
