@@ -130,3 +130,47 @@ def test_boundary_values_of_the_wrong_shape_are_refused_with_the_expected_shape(
     bad = {"left": torch.zeros((2, 1)), "right": torch.zeros((2, 9))}
     with pytest.raises(ConfigError, match=r"side 'right' must have shape \(2, 1\)"):
         integrate(u0, lambda s, t: s.laplacian(), grid, lambda t: bad, 1e-3, 1, 1, 3, lambda f, u: None)
+
+
+def impose_plain(v: torch.Tensor, g: dict[str, torch.Tensor]) -> torch.Tensor:
+    """`v` with left, bottom and top set to g, bottom and top first (the left side wins the corners)."""
+    v = v.clone()
+    v[..., :, 0], v[..., :, -1] = g["bottom"], g["top"]
+    v[..., 0, :] = g["left"]
+    return v
+
+
+def plain_heat_step(v: torch.Tensor, dt: float, h: float, g: dict[str, torch.Tensor]) -> torch.Tensor:
+    """One SSP-RK3 step of u_t = laplacian(u) on a square, written out of place with concatenated ghost
+    layers (the form the in-place stepper replaced): left, bottom, top Dirichlet g, right Neumann g."""
+
+    def rate(w: torch.Tensor) -> torch.Tensor:
+        mirror = w[..., -2:-1, :] + (2 * h) * g["right"].unsqueeze(-2)
+        ex = torch.cat([torch.zeros_like(w[..., :1, :]), w, mirror], dim=-2)
+        ey = torch.cat([torch.zeros_like(w[..., :1]), w, torch.zeros_like(w[..., :1])], dim=-1)
+        d2x = ex[..., 2:, :] - 2 * ex[..., 1:-1, :] + ex[..., :-2, :]
+        d2y = ey[..., 2:] - 2 * ey[..., 1:-1] + ey[..., :-2]
+        return (d2x + d2y) * (1 / h**2)
+
+    v1 = impose_plain(v + dt * rate(v), g)
+    v2 = impose_plain(0.75 * v + 0.25 * (v1 + dt * rate(v1)), g)
+    return impose_plain(v / 3 + (2 / 3) * (v2 + dt * rate(v2)), g)
+
+
+def test_the_in_place_stepper_gives_the_bytes_of_the_plain_out_of_place_step_and_leaves_its_input() -> None:
+    n, batch, dt, steps = 9, 16, 1e-3, 5
+    kinds = {"left": "dirichlet", "right": "neumann", "bottom": "dirichlet", "top": "dirichlet"}
+    grid = Grid.build((n, n), kinds, torch.ones(batch), torch.float64)
+    rng = np.random.default_rng(0)
+    g = {side: torch.from_numpy(rng.standard_normal((batch, 1, n))) for side in kinds}
+    u0 = torch.from_numpy(rng.standard_normal((batch, 1, n, n)))
+    before = u0.clone()
+    frames: list[torch.Tensor] = []
+    write = lambda frame, u: frames.append(u.clone())  # noqa: E731
+    integrate(u0, lambda s, t: s.laplacian(), grid, lambda t: g, dt, steps, 1, 3, write)
+    assert torch.equal(u0, before)
+    expected = impose_plain(u0, g)
+    assert torch.equal(frames[0], expected)
+    for frame in frames[1:]:
+        expected = plain_heat_step(expected, dt, 1.0 / (n - 1), g)
+        assert torch.equal(frame, expected)

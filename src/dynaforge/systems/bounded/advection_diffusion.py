@@ -29,9 +29,10 @@ class AdvectionDiffusionBounded(BoundedSystem):
     config_class = AdvectionDiffusionBoundedConfig
 
     def tendency(self, stencils: Stencils, params: dict[str, Tensor]) -> Tensor:
-        rate = params["diffusivity"] * stencils.laplacian()
+        # in place, into the stage's buffers (`Stencils`), on purpose
+        rate = stencils.laplacian().mul_(params["diffusivity"])
         for axis, velocity in enumerate(("velocity_x", "velocity_y")[: self.ndim]):
-            rate = rate - params[velocity] * stencils.derivative(axis)
+            rate.sub_(stencils.derivative(axis).mul_(params[velocity]))
         return rate
 
     def rate_extents(self) -> tuple[float, float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 from dynaforge.config.base import POSITIVE, Range
@@ -24,8 +25,9 @@ class BurgersBoundedConfig(BoundedConfig):
     """Kinematic viscosity nu (per sample)."""
 
 
-def half_square(u: Tensor) -> Tensor:
-    return 0.5 * (u * u)
+def half_square(u: Tensor, out: Tensor) -> Tensor:
+    """u^2 / 2, written into `out`."""
+    return torch.mul(u, u, out=out).mul_(0.5)
 
 
 class BurgersBounded(BoundedSystem):
@@ -33,9 +35,10 @@ class BurgersBounded(BoundedSystem):
     config_class = BurgersBoundedConfig
 
     def tendency(self, stencils: Stencils, params: dict[str, Tensor]) -> Tensor:
-        rate = params["viscosity"] * stencils.laplacian()
+        # in place, into the stage's buffers (`Stencils`), on purpose
+        rate = stencils.laplacian().mul_(params["viscosity"])
         for axis in range(self.ndim):
-            rate = rate - stencils.derivative(axis, half_square)
+            rate.sub_(stencils.derivative(axis, half_square))
         return rate
 
     def speed_bound(self) -> float:

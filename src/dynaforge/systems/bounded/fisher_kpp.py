@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from dynaforge.config.base import NON_NEGATIVE, Range
@@ -30,8 +31,11 @@ class FisherKPPBounded(BoundedSystem):
     config_class = FisherKPPBoundedConfig
 
     def tendency(self, stencils: Stencils, params: dict[str, Tensor]) -> Tensor:
+        # in place, into the stage's buffers (`Stencils`), on purpose: D lap(u) + r (u (1 - u))
         u = stencils.u
-        return params["diffusivity"] * stencils.laplacian() + params["reaction_rate"] * (u * (1 - u))
+        # -u + 1 is 1 - u exactly
+        reaction = torch.neg(u, out=stencils.term()).add_(1).mul_(u).mul_(params["reaction_rate"])
+        return stencils.laplacian().mul_(params["diffusivity"]).add_(reaction)
 
     def draw_initial(self, rng: np.random.Generator, parameters: np.ndarray) -> np.ndarray:
         field = super().draw_initial(rng, parameters)

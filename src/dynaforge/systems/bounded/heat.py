@@ -22,7 +22,7 @@ class HeatBounded(BoundedSystem):
     config_class = HeatBoundedConfig
 
     def tendency(self, stencils: Stencils, params: dict[str, Tensor]) -> Tensor:
-        return params["diffusivity"] * stencils.laplacian()
+        return stencils.laplacian().mul_(params["diffusivity"])  # into the stage's buffer, on purpose
 
     def rate_extents(self) -> tuple[float, float]:
         return self.diffusion_extent("diffusivity"), 0.0

@@ -8,7 +8,7 @@ stored as parameters `<side>_value`, `<side>_amplitude`, `<side>_frequency`; the
 attributes.
 
 Reproducibility: the batch is stepped in blocks whose size comes from the grid alone, each on one intra-op
-thread (`systems/batching.py`). A step is slices, concatenations and IEEE additions and products, which
+thread (`systems/batching.py`). A step is shifted views and in-place IEEE additions and products, which
 round the same wherever a sample sits in a block; the one transcendental call, the sine of the boundary
 values, runs on (block,) tensors padded to whole lane groups, so every value takes the vector path.
 """
@@ -50,11 +50,12 @@ from dynaforge.systems.pde.initial import draw_from_range, draw_initial_field
 SIDE_PARAMETERS = ("value", "amplitude", "frequency")
 """The per-sample numbers of one side, stored as parameters `<side>_<name>`."""
 
-BLOCK_VALUES = {1: 2**15, 2: 2**17}
-"""A CPU block holds about this many state values per number of dimensions (cache-sized, as in
-`systems/pde/spectral.py`)."""
+BLOCK_VALUES = {1: 2**17, 2: 2**17}
+"""A CPU block holds about this many state values per number of dimensions (about a core's cache in
+float64; a 1D block is as large as a 2D one, so that each operation's fixed cost is spread over as many
+values: docs/bounded.md, "Speed")."""
 
-BLOCK_MAX_SAMPLES = 128
+BLOCK_MAX_SAMPLES = 1024
 """CPU blocks hold at most this many samples."""
 
 
@@ -273,29 +274,40 @@ class BoundedSystem(BlockSteppedSystem):
             initial.append(self.draw_initial(rng, row))
         return InitialStates(torch.from_numpy(np.stack(params)), torch.from_numpy(np.stack(initial)))
 
-    def boundary_values(self, params: Float[Tensor, "batch n_params"]) -> Boundary:
-        """g(t) of every side for a block of parameter rows (float64), in the state's dtype."""
-        names = self.parameter_names
+    def boundary_values(
+        self, params: Float[Tensor, "batch n_params"], names: Sequence[str] | None = None
+    ) -> Boundary:
+        """g(t) of every side for a block of parameter rows (float64, columns `names`, by default
+        `parameter_names`), in the state's dtype. The sides' g are computed together: one sine over (batch,
+        sides), elementwise, so each value rounds as it would alone."""
+        names = list(self.parameter_names if names is None else names)
         batch = params.shape[0]
-        columns = {name: params[:, i] for i, name in enumerate(names)}
+        sides = list(self.kinds)
+        value, amplitude, frequency = (
+            params[:, [names.index(f"{side}_{p}") for side in sides]] for p in SIDE_PARAMETERS
+        )  # (batch, sides) each
 
-        def profile(side: str) -> Tensor:
+        def profile(side: str) -> Tensor | None:
+            """The side's shape along it, (1, 1, n); None where it is 1 (1D, or uniform)."""
+            if self.ndim == 1 or getattr(self.config.boundary, side).profile == "uniform":
+                return None
             n = self.config.resolution
-            if self.ndim == 1:
-                return torch.ones((1, 1), dtype=torch.float64, device=params.device)
-            if getattr(self.config.boundary, side).profile == "uniform":
-                return torch.ones((1, 1, n), dtype=torch.float64, device=params.device)
             s = torch.arange(n, dtype=torch.float64, device=params.device) / (n - 1)
             return (4 * s * (1 - s)).view(1, 1, n)
 
-        profiles = {side: profile(side) for side in self.kinds}
+        profiles = [profile(side) for side in sides]
+        n = self.config.resolution
 
         def values(t: float) -> BoundaryValues:
+            g = value + amplitude * torch.sin((2 * math.pi * t) * frequency)
             result = {}
-            for side, shape in profiles.items():
-                c = {p: columns[f"{side}_{p}"] for p in SIDE_PARAMETERS}
-                g = c["value"] + c["amplitude"] * torch.sin((2 * math.pi * t) * c["frequency"])
-                result[side] = (g.view(batch, *([1] * (shape.ndim - 1))) * shape).to(self.real_dtype)
+            for i, (side, shape) in enumerate(zip(sides, profiles, strict=True)):
+                g_side = g[:, i].view(batch, 1, *([1] * (self.ndim - 1)))
+                if shape is not None:
+                    g_side = g_side * shape
+                elif self.ndim == 2:  # times 1 along the side: the same numbers, broadcast
+                    g_side = g_side.expand(batch, 1, n)
+                result[side] = g_side.to(self.real_dtype)
             return result
 
         return values
@@ -329,7 +341,8 @@ class BoundedSystem(BlockSteppedSystem):
         """Runge-Kutta steps of a block (`integrate`), padded to whole lane groups; `on_step(samples)` is
         called after every step of a block."""
         initial, params, steps, save_every, frames, report, _ = run
-        length_column = list(self.parameter_names).index("domain_length")
+        names = self.parameter_names  # built from the config's fields: once, not per block
+        length_column = names.index("domain_length")
 
         def run_block(rows: slice) -> None:
             count = rows.stop - rows.start
@@ -338,8 +351,7 @@ class BoundedSystem(BlockSteppedSystem):
             grid = Grid.build(self.shape, self.kinds, block_params[:, length_column], self.real_dtype)
             ones = [1] * (self.ndim + 1)
             named = {
-                name: block_params[:, i].view(-1, *ones).to(self.real_dtype)
-                for i, name in enumerate(self.parameter_names)
+                name: block_params[:, i].view(-1, *ones).to(self.real_dtype) for i, name in enumerate(names)
             }
 
             def write(frame: int, u: Tensor) -> None:
@@ -349,7 +361,7 @@ class BoundedSystem(BlockSteppedSystem):
                 u0,
                 lambda stencils, t: self.tendency(stencils, named),
                 grid,
-                self.boundary_values(block_params),
+                self.boundary_values(block_params, names),
                 self.config.dt,
                 steps,
                 save_every,
