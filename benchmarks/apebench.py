@@ -186,10 +186,12 @@ def records(runs: dict[str, list[dict[str, Any]]], machine: str) -> list[dict[st
     seeds = [r["seed"] for r in ours]
     seconds = statistics.mean(r["seconds"] for r in ape)
 
+    def value(row: dict[str, Any], step: int | None) -> float:
+        """One run's nRMSE at `step` (None: the mean over all steps)."""
+        return float(np.mean(row["nrmse"])) if step is None else row["nrmse"][step - 1]
+
     def at(rows: list[dict[str, Any]], step: int | None) -> float:
-        return statistics.mean(
-            float(np.mean(r["nrmse"])) if step is None else r["nrmse"][step - 1] for r in rows
-        )
+        return statistics.mean(value(r, step) for r in rows)
 
     out = []
     for step in [*STEPS, None]:
@@ -207,9 +209,10 @@ def records(runs: dict[str, list[dict[str, Any]]], machine: str) -> list[dict[st
                 "ratio": base / dyn,
                 "notes": (
                     f"ratio > 1: dynaforge lower; equal wall time per seed (APEBench's training call, mean "
-                    f"{seconds:.0f} s; dynaforge configs/apebench_burgers.yaml with that train.time_budget); "
-                    f"per seed dynaforge {[round(r['nrmse'][step - 1] if step else float(np.mean(r['nrmse'])), 5) for r in ours]}, "
-                    f"APEBench {[round(r['nrmse'][step - 1] if step else float(np.mean(r['nrmse'])), 5) for r in ape]}; "
+                    f"{seconds:.0f} s; dynaforge configs/apebench_burgers.yaml with that train.time_budget, "
+                    f"trained {[round(r['seconds']) for r in ours]} s against {[round(r['seconds']) for r in ape]} s); "
+                    f"per seed dynaforge {[round(value(r, step), 5) for r in ours]}, "
+                    f"APEBench {[round(value(r, step), 5) for r in ape]}; "
                     f"parameters dynaforge {ours[0]['parameters']}, APEBench {ape[0]['parameters']}; one thread; "
                     f"torch {torch.__version__}; {machine}"
                 ),

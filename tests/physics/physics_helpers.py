@@ -27,3 +27,23 @@ def parameter_table(system: SpectralSystem, rows: list[dict[str, float]]) -> tor
 def grid(n: int, length: float) -> torch.Tensor:
     """x_j = j L / n, j = 0 .. n-1 (the solver's grid convention), float64."""
     return torch.arange(n, dtype=torch.float64) * (length / n)
+
+
+def assert_same_bytes_in_any_batch(
+    system: object, params: torch.Tensor, alone: tuple[int, ...]
+) -> torch.Tensor:
+    """That `system.rollout(params)` gives each sample the same bytes in the whole batch at 2 threads, in the
+    batch without its first 3 rows at 1 thread, and alone (rows `alone`); returns the whole batch's fields."""
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        together = system.rollout(params).fields
+        torch.set_num_threads(1)
+        shifted = system.rollout(params[3:]).fields
+        single = [system.rollout(params[i : i + 1]).fields for i in alone]
+    finally:
+        torch.set_num_threads(previous)
+    assert torch.equal(together[3:], shifted)
+    for i, fields in zip(alone, single, strict=True):
+        assert torch.equal(together[i : i + 1], fields), f"sample {i}"
+    return together

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from physics_helpers import parameter_table
+from physics_helpers import assert_same_bytes_in_any_batch, parameter_table
 
 from dynaforge.config import load_config
 from dynaforge.errors import ConfigError
@@ -89,18 +89,7 @@ def test_a_sample_is_the_same_bytes_alone_in_any_batch_and_on_any_thread_count()
     assert system.block_samples(torch.device("cpu")) == 4
     rows = [dfg_row(system, centre_x=0.2 + 0.01 * i, radius=0.03 + 0.003 * i) for i in range(7)]
     params = parameter_table(system, rows)
-    previous = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        together = system.rollout(params).fields
-        torch.set_num_threads(1)
-        shifted = system.rollout(params[3:]).fields
-        alone = [system.rollout(params[i : i + 1]).fields for i in (0, 4, 6)]
-    finally:
-        torch.set_num_threads(previous)
-    assert torch.equal(together[3:], shifted)
-    for i, fields in zip((0, 4, 6), alone, strict=True):
-        assert torch.equal(together[i : i + 1], fields), f"sample {i}"
+    assert_same_bytes_in_any_batch(system, params, alone=(0, 4, 6))
 
 
 REFUSALS = {
