@@ -22,6 +22,7 @@ from dynaforge.config import Config
 from dynaforge.data.identity import DataIdentity, check_config_matches_data, data_fingerprint, data_identity
 from dynaforge.data.lazy import LazyTrajectories
 from dynaforge.data.loader import make_loader
+from dynaforge.data.mixture import mixture_plan
 from dynaforge.data.normalize import Normalizer
 from dynaforge.data.order import EpochOrder
 from dynaforge.data.stream import generated_val, stream_identity, stream_normalizer
@@ -29,6 +30,7 @@ from dynaforge.data.stream_workers import streamed_windows
 from dynaforge.data.windows import MemoryTrajectories, TrajectorySource, WindowDataset
 from dynaforge.errors import DATA, ConfigError, RunError
 from dynaforge.store import DatasetFolder
+from dynaforge.store.format import held_channels
 
 SplitWindows = Callable[[DatasetFolder, str], Dataset]
 """A task's own windows of a split of a folder, held in memory (the latent stack's stages)."""
@@ -47,6 +49,8 @@ class WindowSources:
     identity: DataIdentity
     fingerprint: str
     spatial_dims: int
+    held: tuple[int, ...]
+    """Channels the model is given but does not predict (an obstacle mask; `store.format.held_channels`)."""
     windows_per_epoch: int
     """Train windows of an epoch (streaming: this process's)."""
     examples: Dataset
@@ -159,6 +163,11 @@ def window_sources(
         identity=identity,
         fingerprint=fingerprint,
         spatial_dims=len(identity.space),
+        held=held_channels(
+            folder.channel_names
+            if folder is not None
+            else mixture_plan(config).members[0].system.channel_names
+        ),
         windows_per_epoch=order.num_samples if streaming else len(train),
         examples=val if streaming else train,
         reading="lazy" if lazily else "memory",

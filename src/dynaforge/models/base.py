@@ -43,14 +43,27 @@ class ModelShape(NamedTuple):
     """Output frames per call."""
     spatial_dims: int = 1
     """Spatial axes of a frame."""
+    held: tuple[int, ...] = ()
+    """Channels the model is given but does not predict: a per-sample input that does not change in time
+    (the cylinder's `obstacle` mask). Each output frame holds them as the last input frame has them."""
 
     @property
     def in_channels(self) -> int:
         return self.history * self.channels
 
     @property
+    def predicted_channels(self) -> tuple[int, ...]:
+        """The channels the model predicts: every channel but the held ones, in order."""
+        return tuple(c for c in range(self.channels) if c not in self.held)
+
+    @property
     def out_channels(self) -> int:
-        return self.horizon * self.channels
+        return self.horizon * len(self.predicted_channels)
+
+
+def shape_from_dict(record: Mapping[str, Any]) -> ModelShape:
+    """The shape a checkpoint records (`ModelShape._asdict()`; `held` may come back as a list)."""
+    return ModelShape(**{**record, "held": tuple(int(c) for c in record.get("held", ()))})
 
 
 def check_input(inputs: ModelInput, shape: ModelShape) -> None:
@@ -94,8 +107,32 @@ def frames_prediction(
     to a stacked update (B, horizon * C, *space): the inputs are checked, the update unstacked and, when
     `residual`, added to the last input frame."""
     check_input(inputs, shape)
-    update = network(frames_to_stack(inputs.frames))
-    return update_to_output(inputs, stack_to_frames(update, shape.channels), residual)
+    update = stack_to_frames(network(frames_to_stack(inputs.frames)), len(shape.predicted_channels))
+    if not shape.held:
+        return update_to_output(inputs, update, residual)
+    return ModelOutput(frames=with_held_channels(inputs, update, shape, residual))
+
+
+def with_held_channels(
+    inputs: ModelInput,
+    update: Float[Tensor, "batch horizon predicted *space"],
+    shape: ModelShape,
+    residual: bool,
+) -> Float[Tensor, "batch horizon channels *space"]:
+    """The output frames: the predicted channels from `update` (plus the last input frame's, when
+    `residual`) and the held channels copied from the last input frame, in the data's channel order."""
+    last = inputs.frames[:, -1:]
+    horizon = update.shape[1]
+    columns = []
+    for channel in range(shape.channels):
+        known = last[:, :, channel : channel + 1]
+        if channel in shape.held:
+            columns.append(known.expand(-1, horizon, *known.shape[2:]))
+            continue
+        position = shape.predicted_channels.index(channel)
+        change = update[:, :, position : position + 1]
+        columns.append(known + change if residual else change)
+    return torch.cat(columns, dim=2)
 
 
 def autoregressive_rollout(

@@ -31,7 +31,7 @@ from dynaforge.config import (
 )
 from dynaforge.data.normalize import Normalizer
 from dynaforge.errors import DynaforgeError
-from dynaforge.models.base import ModelShape
+from dynaforge.models.base import ModelShape, shape_from_dict
 from dynaforge.models.hopfield import build_energy_model
 from dynaforge.models.registry import build_model
 from dynaforge.models.step_controller import LearnedStep, build_step_controller_net
@@ -45,7 +45,7 @@ TWO_PHASE_KIND = "two_phase"
 
 def surrogate(checkpoint: Mapping[str, Any]) -> nn.Module:
     config = config_from_dict(checkpoint["config"])
-    return build_model(config.model, ModelShape(**checkpoint["model_shape"]))
+    return build_model(config.model, shape_from_dict(checkpoint["model_shape"]))
 
 
 def controller_net(checkpoint: Mapping[str, Any]) -> nn.Module:
@@ -148,7 +148,7 @@ def load_surrogate(
         )
     return LoadedModel(
         model=model_from_checkpoint(state).to(device).eval(),
-        shape=ModelShape(**state["model_shape"]),
+        shape=shape_from_dict(state["model_shape"]),
         normalizer=Normalizer.from_stats(state["normalization"]),
         config=config_from_dict(state["config"]),
         checkpoint=state,

@@ -33,6 +33,14 @@ READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 CONFIG = "config.yaml"
 AXIS_NAMES = ("x", "y", "z")
+OBSTACLE_CHANNEL = "obstacle"
+"""The channel name of a per-sample obstacle mask (1 inside the obstacle, 0 in the fluid; the cylinder's):
+surrogates hold it from their input instead of predicting it, and metrics average over the fluid cells."""
+
+
+def held_channels(names: tuple[str, ...] | list[str]) -> tuple[int, ...]:
+    """The positions of the channels a surrogate is given but does not predict (`OBSTACLE_CHANNEL`)."""
+    return tuple(i for i, name in enumerate(names) if name == OBSTACLE_CHANNEL)
 
 
 class ShardSpec(NamedTuple):

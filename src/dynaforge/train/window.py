@@ -100,6 +100,7 @@ class WindowTask:
             history=self.config.data.history,
             horizon=self.config.data.horizon,
             spatial_dims=sources.spatial_dims,
+            held=sources.held,
         )
         self.batches_per_epoch = len(self.train_loader)
         if self.init_from is not None:  # checked here, before the run folder is written
