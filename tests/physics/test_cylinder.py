@@ -163,3 +163,41 @@ def test_metrics_ignore_the_cells_inside_an_obstacle() -> None:
             ]
             > 0.1
         )
+
+
+def test_averaged_metrics_average_over_the_fluid_cells_and_leave_the_mask_channel_out() -> None:
+    """An error of exactly 1 at every fluid cell of u and v scores RMSE 1 and, against a truth of 1 in the
+    fluid, nRMSE 1: counting the 15 obstacle cells (of 96) would give sqrt(81/96) = 0.92 for the RMSE, the
+    obstacle's truth of 3 would lower the nRMSE to 0.60, and scoring the held mask channel (error 0) would
+    average in a third channel at 0."""
+    from dynaforge.evaluate.rollout import Predictions, Rollouts
+    from dynaforge.evaluate.suite import MetricSettings, score_predictions, score_rollouts
+
+    chi = torch.zeros((12, 8))
+    chi[3:6, 2:7] = 1.0
+    inside = chi.bool()
+    truth = torch.ones((2, 4, 3, 12, 8))
+    truth[:, :, :2, inside] = 3.0  # what the flow holds inside the obstacle does not count
+    truth[:, :, 2] = chi
+    generator = torch.Generator().manual_seed(0)
+    signs = torch.randint(0, 2, (2, 4, 2, 12, 8), generator=generator).float() * 2 - 1
+    predicted = truth.clone()
+    predicted[:, :, :2] = truth[:, :, :2] + signs  # +-1 everywhere, obstacle cells included
+    settings = MetricSettings(lengths=(1.0, 1.0), obstacle_channel=2)
+    scores = score_predictions(Predictions(predicted, truth), settings)
+    assert scores["rmse"] == pytest.approx(1.0, rel=1e-6)
+    assert scores["nrmse"] == pytest.approx(1.0, rel=1e-6)
+    assert scores["max_error"] == pytest.approx(1.0, rel=1e-6)
+    rolled = score_rollouts(Rollouts(truth[:, :1], predicted, truth), settings)
+    assert rolled["curves"]["nrmse"] == pytest.approx([1.0] * 4, rel=1e-6)
+    assert rolled["sample_nrmse"] == pytest.approx([1.0, 1.0], rel=1e-6)
+    # A correlation over the fluid: a prediction a * truth + b there (anything inside) correlates fully.
+    varied = truth.clone()
+    varied[:, :, :2] = torch.rand((2, 4, 2, 12, 8), generator=generator)
+    varied[:, :, :2, inside] = 0.0
+    affine = 2.0 * varied + 1.0
+    affine[:, :, :2, inside] = -50.0
+    correlated = score_predictions(Predictions(affine, varied), settings)
+    assert correlated["correlation"] == pytest.approx(1.0, abs=1e-6)
+    unmasked = score_predictions(Predictions(affine, varied), settings._replace(obstacle_channel=None))
+    assert unmasked["correlation"] < 0.9  # the obstacle cells would break it

@@ -18,10 +18,10 @@ from dynaforge.evaluate.rollout import Predictions, Rollouts
 from dynaforge.metrics.fields import (
     brmse_per_frame,
     crmse_per_frame,
+    fluid_fields,
     max_error_per_frame,
     nrmse_per_frame,
     nrmse_per_sample,
-    outside_obstacles,
     rmse_per_frame,
     vrmse_per_frame,
 )
@@ -133,23 +133,28 @@ class MetricSettings(NamedTuple):
     """How many of the worst rollouts to list."""
     obstacle_channel: int | None = None
     """The channel holding an obstacle mask (the cylinder's `obstacle`), whose cells the metrics ignore
-    (`dynaforge.metrics.fields.outside_obstacles`); None: every cell counts."""
+    (`dynaforge.metrics.fields.fluid_fields`: the mask channel is not scored, and the averaged metrics average
+    over the fluid cells); None: every cell counts."""
 
 
-def frame_curves(predicted: Tensor, truth: Tensor, settings: MetricSettings) -> dict[str, Tensor]:
-    """Every metric of METRICS that applies, per predicted frame: name -> (frames,)."""
+def frame_curves(
+    predicted: Tensor, truth: Tensor, settings: MetricSettings, fluid: Tensor | None = None
+) -> dict[str, Tensor]:
+    """Every metric of METRICS that applies, per predicted frame: name -> (frames,). Given `fluid` (the
+    fields zeroed outside it, `fluid_fields`), the averages are over the fluid cells; the spectral metrics
+    are those of the fields extended by zero into the obstacles (the error there is zero)."""
     curves = {
-        "rmse": rmse_per_frame(predicted, truth),
+        "rmse": rmse_per_frame(predicted, truth, fluid),
         "nrmse": nrmse_per_frame(predicted, truth),
-        "crmse": crmse_per_frame(predicted, truth),
+        "crmse": crmse_per_frame(predicted, truth, fluid),
         "brmse": brmse_per_frame(predicted, truth),
         "max_error": max_error_per_frame(predicted, truth),
     }
     bands = fourier_band_rmse_per_frame(predicted, truth, settings.lengths, settings.fourier_bands)
     curves.update({f"frmse_{band}": curve for band, curve in bands.items() if curve is not None})
-    curves["vrmse"] = vrmse_per_frame(predicted, truth)
+    curves["vrmse"] = vrmse_per_frame(predicted, truth, fluid=fluid)
     curves.update({f"spectral_{k}": v for k, v in binned_spectral_per_frame(predicted, truth).items()})
-    curves["correlation"] = correlation_per_frame(predicted, truth)
+    curves["correlation"] = correlation_per_frame(predicted, truth, fluid)
     curves["spectrum_error"] = spectrum_error_per_frame(predicted, truth)
     conserved = conserved_quantities(settings.system)
     if "mass" in conserved:
@@ -161,21 +166,22 @@ def frame_curves(predicted: Tensor, truth: Tensor, settings: MetricSettings) -> 
 
 def score_predictions(predictions: Predictions, settings: MetricSettings) -> dict[str, float]:
     """One-step predictions: every metric averaged over the predicted frames (and windows)."""
-    predicted = outside_obstacles(predictions.predicted, predictions.truth, settings.obstacle_channel)
+    predicted, truth, fluid = fluid_fields(
+        predictions.predicted, predictions.truth, settings.obstacle_channel
+    )
     with torch.no_grad():
-        curves = frame_curves(predicted, predictions.truth, settings)
+        curves = frame_curves(predicted, truth, settings, fluid)
     return {name: float(curve.mean()) for name, curve in curves.items()}
 
 
 def score_rollouts(rollouts: Rollouts, settings: MetricSettings) -> dict[str, Any]:
     """Autoregressive rollouts, scored on `rollouts.predicted` against `rollouts.truth` only."""
-    truth = rollouts.truth
-    predicted = outside_obstacles(rollouts.predicted, truth, settings.obstacle_channel)
+    predicted, truth, fluid = fluid_fields(rollouts.predicted, rollouts.truth, settings.obstacle_channel)
     with torch.no_grad():
-        curves = frame_curves(predicted, truth, settings)
+        curves = frame_curves(predicted, truth, settings, fluid)
         per_sample = nrmse_per_sample(predicted, truth).mean(dim=(1, 2))  # (N,)
         spectra = {"truth": mean_spectrum(truth), "predicted": mean_spectrum(predicted)}
-        pearson = pearson_per_sample_frame(predicted, truth)  # (N, T)
+        pearson = pearson_per_sample_frame(predicted, truth, fluid)  # (N, T)
     frames = predicted.shape[1]
     horizon = min(settings.gmean_horizon or frames, frames)
     windows = well_time_windows(frames)

@@ -19,9 +19,10 @@ Sources:
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from dynaforge.errors import ConfigError
@@ -46,20 +47,46 @@ def check_same_shape(prediction: Tensor, truth: Tensor) -> None:
         )
 
 
-def outside_obstacles(
+class FluidFields(NamedTuple):
+    """A prediction and its truth scored over the fluid cells only (`fluid_fields`)."""
+
+    prediction: Float[Tensor, "batch frames channels *space"]
+    truth: Float[Tensor, "batch frames channels *space"]
+    fluid: Bool[Tensor, "batch frames 1 *space"] | None
+    """True at the cells outside every obstacle; None: every cell is fluid."""
+
+
+def fluid_fields(
     prediction: Float[Tensor, "batch frames channels *space"],
     truth: Float[Tensor, "batch frames channels *space"],
     obstacle_channel: int | None,
-) -> Float[Tensor, "batch frames channels *space"]:
-    """The prediction with the truth put in every channel of the cells inside an obstacle (the true frame's
-    mask chi >= 1/2 in `obstacle_channel`: the cell centre inside the obstacle's edge), so that the error
-    there is zero and the metrics ignore those cells (issue 35 item 5); the prediction itself where
-    `obstacle_channel` is None. Norms still average over every cell of the grid."""
+) -> FluidFields:
+    """The fields to score when channel `obstacle_channel` holds an obstacle mask (1 inside; a cell counts
+    as inside where the true frame's mask is >= 1/2, its centre inside the obstacle's edge): the mask
+    channel dropped (a surrogate holds it from its input, `ModelShape.held`; it is no physical field), both
+    fields set to 0 inside the obstacle, and the fluid cells marked. A metric given `fluid` averages over
+    the fluid cells; one that is a ratio of sums (nRMSE) or a maximum is exact over the fluid cells with
+    the zeros alone. The fields as given, and no mask, where `obstacle_channel` is None."""
     if obstacle_channel is None:
-        return prediction
+        return FluidFields(prediction, truth, None)
     check_same_shape(prediction, truth)
-    inside = truth[:, :, obstacle_channel : obstacle_channel + 1] >= 0.5
-    return torch.where(inside, truth, prediction)
+    fluid = truth[:, :, obstacle_channel : obstacle_channel + 1] < 0.5
+    kept = [c for c in range(truth.shape[2]) if c != obstacle_channel]
+
+    def in_fluid(fields: Tensor) -> Tensor:
+        return torch.where(fluid, fields[:, :, kept], 0.0)
+
+    return FluidFields(in_fluid(prediction), in_fluid(truth), fluid)
+
+
+def space_mean(values: Tensor, fluid: Tensor | None) -> Tensor:
+    """The mean of (batch, frames, channels, *space) `values` over space: over the `fluid` cells (a mask
+    of shape (batch, frames, 1, *space)) when given, else over every cell."""
+    axes = space_axes(values)
+    if fluid is None:
+        return values.mean(dim=axes)
+    weights = fluid.to(values.dtype)
+    return (values * weights).sum(dim=axes) / weights.sum(dim=axes).clamp_min(1.0)
 
 
 def widen(fields: Tensor) -> Tensor:
@@ -102,20 +129,23 @@ def relative_l2_per_frame(
 def rmse_per_sample(
     prediction: Float[Tensor, "batch frames channels *space"],
     truth: Float[Tensor, "batch frames channels *space"],
+    fluid: Tensor | None = None,
 ) -> Float[Tensor, "batch frames channels"]:
-    """sqrt(mean over grid points of (prediction - truth)^2), per sample, frame and channel."""
+    """sqrt(mean over grid points of (prediction - truth)^2), per sample, frame and channel (the mean over
+    the `fluid` cells when given, `fluid_fields`)."""
     check_same_shape(prediction, truth)
     error = widen(prediction) - widen(truth)
-    return root(error.square().mean(dim=space_axes(error)))
+    return root(space_mean(error.square(), fluid))
 
 
 def rmse_per_frame(
     prediction: Float[Tensor, "batch frames channels *space"],
     truth: Float[Tensor, "batch frames channels *space"],
+    fluid: Tensor | None = None,
 ) -> Float[Tensor, " frames"]:
-    """PDEBench RMSE (`metric_func`, `err_RMSE`): the per-sample RMSE over the grid, averaged over samples
-    and channels."""
-    return rmse_per_sample(prediction, truth).mean(dim=(0, 2))
+    """PDEBench RMSE (`metric_func`, `err_RMSE`): the per-sample RMSE over the grid (its `fluid` cells when
+    given), averaged over samples and channels."""
+    return rmse_per_sample(prediction, truth, fluid).mean(dim=(0, 2))
 
 
 def nrmse_per_sample(
@@ -154,13 +184,14 @@ def nrmse(
 def crmse_per_frame(
     prediction: Float[Tensor, "batch frames channels *space"],
     truth: Float[Tensor, "batch frames channels *space"],
+    fluid: Tensor | None = None,
 ) -> Float[Tensor, " frames"]:
     """PDEBench conserved-quantity RMSE (`metric_func`, `err_CSV`): the RMS over samples of the difference
     of the sums over the grid, divided by the number of grid points (so: the RMS error of the spatial mean,
-    the "mass"), per channel, then averaged over channels."""
+    the "mass"), per channel, then averaged over channels; over the `fluid` cells when given."""
     check_same_shape(prediction, truth)
     error = widen(prediction) - widen(truth)
-    mean_error = error.mean(dim=space_axes(error))  # (B, F, C) = (sum p - sum u) / points
+    mean_error = space_mean(error, fluid)  # (B, F, C) = (sum p - sum u) / points
     return root(mean_error.square().mean(dim=0)).mean(dim=-1)
 
 
@@ -213,15 +244,23 @@ def vrmse_per_sample(
     prediction: Float[Tensor, "batch frames channels *space"],
     truth: Float[Tensor, "batch frames channels *space"],
     eps: float = WELL_EPS,
+    fluid: Tensor | None = None,
 ) -> Float[Tensor, "batch frames channels"]:
     """sqrt(mean (prediction - truth)^2 / (var(truth) + eps)) over the grid, per sample, frame, channel;
-    var is the unbiased (n - 1) variance of the true frame over its grid points, as `torch.std` gives."""
+    var is the unbiased (n - 1) variance of the true frame over its grid points, as `torch.std` gives.
+    Given `fluid`, both the mean and the variance are over the fluid cells."""
     check_same_shape(prediction, truth)
     wide = widen(truth)
     error = widen(prediction) - wide
-    mse = error.square().mean(dim=space_axes(error))
-    points = wide.flatten(3)
-    variance = points.var(dim=-1, correction=1 if points.shape[-1] > 1 else 0)
+    mse = space_mean(error.square(), fluid)
+    if fluid is None:
+        points = wide.flatten(3)
+        variance = points.var(dim=-1, correction=1 if points.shape[-1] > 1 else 0)
+    else:
+        count = fluid.flatten(3).sum(dim=-1).to(wide.dtype)  # (B, F, 1)
+        centred = wide - space_mean(wide, fluid).reshape(*wide.shape[:3], *[1] * (wide.ndim - 3))
+        squares = space_mean(centred.square(), fluid) * count
+        variance = squares / (count - 1).clamp_min(1.0)
     return root(mse / (variance + eps))
 
 
@@ -229,8 +268,9 @@ def vrmse_per_frame(
     prediction: Float[Tensor, "batch frames channels *space"],
     truth: Float[Tensor, "batch frames channels *space"],
     eps: float = WELL_EPS,
+    fluid: Tensor | None = None,
 ) -> Float[Tensor, " frames"]:
     """The Well's VRMSE (class `VRMSE`, `NRMSE.eval(..., norm_mode="std", eps=1e-7)`): the RMSE divided by
-    the true frame's standard deviation (with eps added to the variance), averaged over samples and fields.
-    A prediction equal to the true frame's mean scores about 1."""
-    return vrmse_per_sample(prediction, truth, eps).mean(dim=(0, 2))
+    the true frame's standard deviation (with eps added to the variance), averaged over samples and fields
+    (over the `fluid` cells when given). A prediction equal to the true frame's mean scores about 1."""
+    return vrmse_per_sample(prediction, truth, eps, fluid).mean(dim=(0, 2))

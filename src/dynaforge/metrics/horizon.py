@@ -28,7 +28,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from dynaforge.errors import ConfigError
-from dynaforge.metrics.fields import EPS, check_same_shape, root, space_axes, widen
+from dynaforge.metrics.fields import EPS, check_same_shape, root, space_axes, space_mean, widen
 
 WELL_TIME_INTERVALS = 5
 """The Well trainer's default `num_time_intervals`."""
@@ -69,14 +69,19 @@ def window_means(curve: Float[Tensor, " frames"], windows: list[tuple[int, int]]
 def correlation_per_frame(
     prediction: Float[Tensor, "batch frames channels *space"],
     truth: Float[Tensor, "batch frames channels *space"],
+    fluid: Tensor | None = None,
 ) -> Float[Tensor, " frames"]:
-    """Pearson correlation of prediction and truth over the grid, per sample, frame and channel, averaged
-    over samples and channels. A constant frame (zero variance) has correlation 0."""
+    """Pearson correlation of prediction and truth over the grid (its `fluid` cells when given, a mask
+    (batch, frames, 1, *space)), per sample, frame and channel, averaged over samples and channels. A
+    constant frame (zero variance) has correlation 0."""
     check_same_shape(prediction, truth)
     p, u = widen(prediction), widen(truth)
     axes = space_axes(p)
-    p = p - p.mean(dim=axes, keepdim=True)
-    u = u - u.mean(dim=axes, keepdim=True)
+    expand = (*p.shape[:3], *[1] * len(axes))
+    p = p - space_mean(p, fluid).reshape(expand)
+    u = u - space_mean(u, fluid).reshape(expand)
+    if fluid is not None:  # deviations outside the fluid do not count
+        p, u = torch.where(fluid, p, 0.0), torch.where(fluid, u, 0.0)
     covariance = (p * u).sum(dim=axes)
     scale = root(p.square().sum(dim=axes) * u.square().sum(dim=axes))
     return (covariance / scale.clamp_min(EPS)).mean(dim=(0, 2))
@@ -114,9 +119,11 @@ def correlation_time(
 def pearson_per_sample_frame(
     prediction: Float[Tensor, "batch frames channels *space"],
     truth: Float[Tensor, "batch frames channels *space"],
+    fluid: Tensor | None = None,
 ) -> Float[Tensor, "batch frames"]:
     """Pearson correlation of prediction and truth per sample and frame, over every grid point and channel of
-    the frame together (PDE-Refiner's definition; `correlation_per_frame` instead takes each channel apart).
+    the frame together (PDE-Refiner's definition; `correlation_per_frame` instead takes each channel apart);
+    over the `fluid` cells only when given (a mask (batch, frames, 1, *space)).
 
     Undefined (NaN) where either field is constant over the frame (zero variance): a constant prediction
     carries no pattern to correlate, and `high_correlation_steps` counts such a frame as decorrelated.
@@ -124,8 +131,14 @@ def pearson_per_sample_frame(
     check_same_shape(prediction, truth)
     p = widen(prediction).flatten(start_dim=2)  # (B, T, C * space)
     u = widen(truth).flatten(start_dim=2)
-    p = p - p.mean(dim=2, keepdim=True)
-    u = u - u.mean(dim=2, keepdim=True)
+    if fluid is None:
+        p = p - p.mean(dim=2, keepdim=True)
+        u = u - u.mean(dim=2, keepdim=True)
+    else:
+        weights = fluid.expand_as(prediction).flatten(start_dim=2).to(p.dtype)
+        count = weights.sum(dim=2, keepdim=True).clamp_min(1.0)
+        p = (p - (p * weights).sum(dim=2, keepdim=True) / count) * weights
+        u = (u - (u * weights).sum(dim=2, keepdim=True) / count) * weights
     covariance = (p * u).sum(dim=2)
     scale = root(p.square().sum(dim=2) * u.square().sum(dim=2))  # gradient 0, not NaN, at a constant frame
     defined = scale > 0
