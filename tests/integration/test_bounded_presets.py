@@ -80,3 +80,7 @@ def test_a_bounded_preset_runs_to_an_evaluated_surrogate(
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)
     held = list(checkpoint["model_shape"].get("held", ()))
     assert held == ([2] if preset == "cylinder" else [])  # the obstacle mask is an input, not an output
+    evaluation = tmp_path / "run" / "eval"
+    flow = preset in ("cavity", "cylinder")  # u and v on a 2D grid: the report draws their vorticity
+    assert (evaluation / "vorticity.png").exists() == flow
+    assert ("vorticity" in (evaluation / "report.html").read_text()) == flow

@@ -63,6 +63,7 @@ from dynaforge.evaluate.stack_report import (
 )
 from dynaforge.evaluate.suite import METRICS as METRICS_INFO
 from dynaforge.evaluate.suite import PANELS, MetricSettings, score_predictions, score_rollouts
+from dynaforge.evaluate.vorticity import is_flow, vorticity_figure
 from dynaforge.metrics.physics import SPECTRUM_FLOOR
 from dynaforge.models import ModelShape, load_surrogate
 from dynaforge.models.latent_stack import LatentStack, load_stack
@@ -500,6 +501,13 @@ def report_figures(
         about = f"Test trajectory {index}: truth, rollout prediction and error, channel {channel}"
         for suffix, what, figure in sample_figures(rolled, index, f"Test trajectory {index}", inputs):
             figures["samples"].append((f"{about}{what}", f"sample_{position}{suffix}.png", figure))
+    if samples and is_flow(inputs.channels, rolled.truth.ndim - 3):
+        index = samples[0]
+        about = f"Test trajectory {index}: vorticity dv/dx - du/dy of the truth and of the rollout prediction"
+        axes = FieldAxes(tuple(c[index] for c in inputs.coords), inputs.times, "", inputs.units)
+        truth, predicted = rolled.truth[index].numpy(), rolled.predicted[index].numpy()
+        drawn = vorticity_figure(truth, predicted, inputs.channels, f"Test trajectory {index}", axes)
+        figures["samples"].append((about, "vorticity.png", drawn))
     return {
         key: [(caption, name, figure_to_png(figure)) for caption, name, figure in section]
         for key, section in figures.items()
