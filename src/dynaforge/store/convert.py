@@ -231,20 +231,5 @@ def sink_input(folder: DatasetFolder) -> SinkInput:
         split_sizes=sizes,
         read_split=folder.read_split,
         stats=folder.stats,
-        boundaries=boundaries_of(folder.manifest, axes),
+        boundaries=folder.boundaries(axes),
     )
-
-
-def boundaries_of(manifest: dict[str, Any], axes: Sequence[str]) -> dict[str, str]:
-    """Axis -> boundary type: periodic for a dataset dynaforge generated (its grid systems are periodic
-    boxes); a converted one's, where its source recorded one condition per axis (The Well); else unknown."""
-    source = manifest.get("source")
-    if source is None:
-        return {axis: "PERIODIC" for axis in axes}
-    details = source.get("details", {})
-    recorded = details.get("boundary_conditions", {}).values()
-    by_axis = {
-        c["associated_dims"][0]: c["bc_type"] for c in recorded if len(c.get("associated_dims", [])) == 1
-    }
-    spatial = details.get("spatial_dims", list(axes))
-    return {axis: by_axis[name].upper() for axis, name in zip(axes, spatial) if name in by_axis}

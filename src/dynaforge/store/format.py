@@ -38,6 +38,12 @@ OBSTACLE_CHANNEL = "obstacle"
 surrogates hold it from their input instead of predicting it, and metrics average over the fluid cells."""
 
 
+BOUNDARY_TYPES = "boundary_types"
+"""Shard attribute of a walled system: one boundary type per spatial axis, in The Well's words (`WALL`: a
+Dirichlet or Neumann side, a no-slip wall; `OPEN`: inflow or outflow; `PERIODIC`). A shard without it is
+periodic on every axis; each sample's boundary values are its parameters (`left_value`, `lid_speed`, ...)."""
+
+
 def held_channels(names: tuple[str, ...] | list[str]) -> tuple[int, ...]:
     """The positions of the channels a surrogate is given but does not predict (`OBSTACLE_CHANNEL`)."""
     return tuple(i for i, name in enumerate(names) if name == OBSTACLE_CHANNEL)

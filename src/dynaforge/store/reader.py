@@ -12,6 +12,7 @@ import bisect
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from dynaforge.errors import Blank, command
 from dynaforge.seeds import SPLITS
 from dynaforge.store.format import (
     AXIS_NAMES,
+    BOUNDARY_TYPES,
     CONFIG,
     MANIFEST,
     READABLE_VERSIONS,
@@ -227,6 +229,29 @@ class DatasetFolder:
             return ()
         with h5py.File(self.root / self.manifest["shards"][0]["file"], "r") as h5:
             return decoded(h5.attrs.get("channel_names", []))
+
+    def boundaries(self, axes: Sequence[str]) -> dict[str, str]:
+        """Spatial axis name (`axes`, in order) -> boundary type in The Well's words (`PERIODIC`, `WALL`,
+        `OPEN`). Generated data: its first shard's `boundary_types` (a walled system's,
+        `store.format.BOUNDARY_TYPES`), PERIODIC on every axis where none is recorded; a converted or foreign
+        dataset: the conditions its source recorded one per axis (The Well's `boundary_conditions`), the
+        other axes left out (unknown)."""
+        source = self.manifest.get("source")
+        if source is None:
+            recorded: tuple[str, ...] = ("PERIODIC",) * len(axes)
+            if self.manifest["shards"]:
+                with h5py.File(self.root / self.manifest["shards"][0]["file"], "r") as h5:
+                    recorded = decoded(h5.attrs.get(BOUNDARY_TYPES, recorded))
+            return dict(zip(axes, recorded, strict=True))
+        details = source.get("details", {})
+        conditions = details.get("boundary_conditions", {}).values()
+        by_axis = {
+            c["associated_dims"][0]: c["bc_type"]
+            for c in conditions
+            if len(c.get("associated_dims", [])) == 1
+        }
+        spatial = details.get("spatial_dims", list(axes))
+        return {axis: by_axis[name].upper() for axis, name in zip(axes, spatial) if name in by_axis}
 
     def initial_states(self, split: str, frame: int = 0) -> InitialStates:
         """Frame `frame` of every sample of a split as the states a system rolls out from

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 def split_to_xarray(folder: str | Path | DatasetFolder, split: str) -> xarray.Dataset:
     """Every sample of `split` (checked as any reader checks it): `fields` on (sample, time, x_index, ...,
     channel) with the coordinates `index`, `time`, the grid indices, the grid `x` (`y`, `z`) per sample and
-    the channel names; one variable per physical parameter, and `seeds`. `folder` may also be a PDEBench or
+    the channel names; one variable per physical parameter (a walled system's per-sample boundary values
+    among them: `left_value`, `lid_speed`, ...), and `seeds`; attributes `boundary_x` (`_y`, `_z`): each
+    axis's boundary type (`DatasetFolder.boundaries`). `folder` may also be a PDEBench or
     The Well file (default splits), as for `DatasetFolder`."""
     try:
         import xarray  # lazy: optional extra (dynaforge[xarray])
@@ -50,7 +52,10 @@ def split_to_xarray(folder: str | Path | DatasetFolder, split: str) -> xarray.Da
     for column, name in enumerate(arrays.param_names):
         key = f"param_{name}" if name in coords or name in variables else name
         variables[key] = ((SAMPLE,), arrays.params[:, column], {"long_name": f"physical parameter {name}"})
-    return xarray.Dataset(variables, coords, attrs={"system": dataset.system, "split": split})
+    boundaries = dataset.boundaries(axes)
+    attrs = {"system": dataset.system, "split": split}
+    attrs |= {f"boundary_{axis}": kind for axis, kind in boundaries.items()}  # x: WALL, y: OPEN, ...
+    return xarray.Dataset(variables, coords, attrs=attrs)
 
 
 def axes_and_channels(

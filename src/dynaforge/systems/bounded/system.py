@@ -322,7 +322,7 @@ class BoundedSystem(BlockSteppedSystem):
 
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
         """Each side's kind and profile (its values are per-sample parameters)."""
-        attributes: dict[str, Any] = {}
+        attributes: dict[str, Any] = {"boundary_types": ["WALL"] * self.ndim}  # store.format.BOUNDARY_TYPES
         for side, kind in self.kinds.items():
             attributes[f"boundary_{side}"] = kind
             if self.ndim == 2:

@@ -200,6 +200,7 @@ class Darcy(SystemBase):
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
         return {
             "boundary_condition": "u = 0 on every side (Dirichlet)",
+            "boundary_types": ["WALL", "WALL"],  # x, y in The Well's words (store.format.BOUNDARY_TYPES)
             "frames": "0: permeability a, 1: solution u of -div(a grad u) = forcing",
         }
 

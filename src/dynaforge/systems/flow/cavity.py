@@ -122,7 +122,10 @@ class LidDrivenCavity(FlowSystem):
         return {axis: side[:, None] * centres[None, :] for axis in self.axis_names}
 
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
-        return {"boundary": "no-slip walls; the top wall (y = L) moves in +x at each sample's lid_speed"}
+        return {
+            "boundary": "no-slip walls; the top wall (y = L) moves in +x at each sample's lid_speed",
+            "boundary_types": ["WALL", "WALL"],  # x, y in The Well's words (store.format.BOUNDARY_TYPES)
+        }
 
     def divergence_cause(self) -> str:
         return (

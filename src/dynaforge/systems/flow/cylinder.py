@@ -173,7 +173,8 @@ class CylinderFlow(FlowSystem):
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
         return {
             "boundary": "no-slip walls at y = 0 and y = height; parabolic inflow of each sample's inflow_peak at "
-            "x = 0; outflow at x = L; a cylinder per sample (centre_x, centre_y, radius) as the mask `obstacle`"
+            "x = 0; outflow at x = L; a cylinder per sample (centre_x, centre_y, radius) as the mask `obstacle`",
+            "boundary_types": ["OPEN", "WALL"],  # x, y in The Well's words (store.format.BOUNDARY_TYPES)
         }
 
     def divergence_cause(self) -> str:
