@@ -56,7 +56,7 @@ def test_boundary_conditions_are_recorded_shown_in_xarray_and_exported_to_the_we
     written = next((tmp_path / "well" / "data" / "train").glob("*.hdf5"))
     with h5py.File(written, "r") as h5:
         kinds = {
-            [str(a) for a in group.attrs["associated_dims"]][0]: str(group.attrs["bc_type"])
+            str(group.attrs["associated_dims"][0]): str(group.attrs["bc_type"])
             for group in h5["boundary_conditions"].values()
         }
         assert kinds == EXPECTED[preset]
