@@ -5,6 +5,8 @@ Conventions:
 - A model maps the last `history` frames to the next `horizon` frames; with `residual` it predicts the
   change from the last input frame, which starts training from "nothing changes" instead of from noise.
 - The spatial domain is periodic; the models are resolution-independent (FNO up to its kept modes).
+- `ModelShape.held` channels (a per-sample obstacle mask) are inputs only: every output frame holds them as
+  the last input frame has them, and the network predicts the other channels (`frames_prediction`).
 """
 
 from __future__ import annotations
