@@ -267,8 +267,9 @@ def vrmse_per_sample(
 def vrmse_per_frame(
     prediction: Float[Tensor, "batch frames channels *space"],
     truth: Float[Tensor, "batch frames channels *space"],
-    eps: float = WELL_EPS,
+    *,
     fluid: Tensor | None = None,
+    eps: float = WELL_EPS,
 ) -> Float[Tensor, " frames"]:
     """The Well's VRMSE (class `VRMSE`, `NRMSE.eval(..., norm_mode="std", eps=1e-7)`): the RMSE divided by
     the true frame's standard deviation (with eps added to the variance), averaged over samples and fields
