@@ -2,11 +2,13 @@
 same nodes, ghost mirrors and Dirichlet nodes) is diagonal in a sine/cosine basis, so its semi-discrete
 solution is advanced from frame to frame in one step with no time error (`docs/bounded.md` says why).
 
-- Basis: each axis is extended by its boundary symmetries to a periodic signal, odd through a Dirichlet
-  node, even through a Neumann node: period 2 (n - 1) when both ends have the same kind (the DST-I and
-  DCT-I bases), 4 (n - 1) when they differ (the quarter-wave bases). On the extension the difference
-  Laplacian is the periodic one, diagonal under `torch.fft.rfftn` with eigenvalues -(4 / h^2) sin^2(pi q / P)
-  per axis (q the frequency, P the period), summed over the axes.
+- Basis: per axis, the sines and cosines that vanish on a Dirichlet end and are mirrored through a Neumann
+  end (the ghost node): DST-I when both ends are Dirichlet, DCT-I when both are Neumann, the quarter-wave
+  bases when they differ (`axis_modes`). Each is an eigenvector of the axis's second difference on its
+  evolving nodes, eigenvalue -(4 / h^2) sin^2(theta / 2); in 2D the products of the axes' modes, eigenvalues
+  summed. The transforms are one matrix product per axis with the synthesis matrix and its inverse (at the
+  32-128 nodes per axis of these datasets a dense product runs near the core's peak, and an FFT-based DST
+  of a length like 4 (n - 1) = 4 x 127 falls on a large prime factor).
 - Boundary values: the state is w + (the Dirichlet values on their nodes), w zero there. The boundary
   values enter w's equation as a forcing on the nodes next to a Dirichlet node (g / h^2) and on a Neumann
   node (2 g / h, the ghost mirror's 2 h g / h^2), each a fixed pattern per side times the side's
@@ -15,13 +17,12 @@ solution is advanced from frame to frame in one step with no time error (`docs/b
   a(t1) = e^{mu D} a(t0) + nu rho [value phi(mu, D) + amplitude S(t0, t1)],  D = t1 - t0,
   phi = (e^{mu D} - 1) / mu (D where mu = 0),
   S = (e^{mu D} (mu sin w t0 + w cos w t0) - (mu sin w t1 + w cos w t1)) / (mu^2 + w^2) (0 where both are 0).
-- The spectrum is carried from frame to frame and transformed back once per frame, so a rollout costs one
-  forward transform, then one inverse transform and a few products per stored frame.
+- The coefficients are carried from frame to frame and transformed back once per frame, so a rollout costs
+  one forward transform, then one inverse transform and a few products per stored frame.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -31,10 +32,6 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.systems.bounded.core import SIDES, BoundaryValues, sides_of
-
-PARITY = {"dirichlet": -1.0, "neumann": 1.0}
-"""How a side's node reflects the field: odd through a Dirichlet node (w = 0 there), even through a
-Neumann one (the ghost mirror)."""
 
 
 class SideSeries(NamedTuple):
@@ -50,16 +47,22 @@ class SideSeries(NamedTuple):
     """(batch,): 2 pi times the frequency."""
 
 
-def reflection(n: int, low: str, high: str) -> tuple[np.ndarray, np.ndarray]:
-    """For each point of one period of an axis's extension, the node it copies and the sign it takes."""
+def axis_modes(n: int, low: str, high: str) -> tuple[np.ndarray, np.ndarray]:
+    """The eigenvectors of one axis's difference Laplacian on its evolving nodes (float64): the synthesis
+    matrix (n, K) whose column k is the mode on the nodes (zero on a Dirichlet end), and each mode's angle
+    theta (eigenvalue -(4 / h^2) sin^2(theta / 2)). Both ends Dirichlet: sin(pi k j / (n - 1)), k = 1 .. n - 2
+    (DST-I); both Neumann: cos(pi k j / (n - 1)), k = 0 .. n - 1 (DCT-I); Dirichlet then Neumann:
+    sin(pi (k + 1/2) j / (n - 1)), Neumann then Dirichlet: cos(pi (k + 1/2) j / (n - 1)), k = 0 .. n - 2
+    (the quarter-wave bases)."""
     m = n - 1
-    period = 2 * m if PARITY[low] == PARITY[high] else 4 * m
-    index, sign = np.arange(period), np.ones(period)
-    beyond = index > 2 * m  # (2m, 4m): through the low node, f(p) = f(p - 4m) = parity_low f(4m - p)
-    index[beyond], sign[beyond] = 4 * m - index[beyond], PARITY[low]
-    past = index > m  # (m, 2m]: through the high node
-    index[past], sign[past] = 2 * m - index[past], sign[past] * PARITY[high]
-    return index, sign
+    same = np.arange(1, m) if low == "dirichlet" else np.arange(0, n)
+    k = same if low == high else np.arange(0, m) + 0.5
+    theta = np.pi * k / m
+    j = np.arange(n)[:, None]
+    synthesis = np.sin(j * theta) if low == "dirichlet" else np.cos(j * theta)
+    if high == "dirichlet":
+        synthesis[-1] = 0.0  # the node is not evolved (the sine or cosine vanishes there up to rounding)
+    return synthesis, theta
 
 
 def unknown_mask(shape: Sequence[int], kinds: dict[str, str]) -> Tensor:
@@ -73,53 +76,47 @@ def unknown_mask(shape: Sequence[int], kinds: dict[str, str]) -> Tensor:
 
 
 class Basis:
-    """The extension and transforms of a grid of `shape` with the sides' `kinds`, and the eigenvalues."""
+    """The transforms between a grid of `shape` (the sides' `kinds`) and the eigenbasis of its difference
+    Laplacian, as one matrix product per axis (built in float64, rounded once to the state's dtype), and the
+    eigenvalues."""
 
-    def __init__(self, shape: Sequence[int], kinds: dict[str, str], device: torch.device) -> None:
+    def __init__(
+        self, shape: Sequence[int], kinds: dict[str, str], dtype: torch.dtype, device: torch.device
+    ) -> None:
         self.shape = tuple(shape)
         self.ndim = len(shape)
-        self.dims = tuple(range(-self.ndim, 0))
-        self.reflections = []
-        periods = []
+        self.analysis, self.synthesis, self.angles = [], [], []
         for axis, n in enumerate(self.shape):
-            index, sign = reflection(n, kinds[SIDES[2 * axis]], kinds[SIDES[2 * axis + 1]])
-            view = [1] * self.ndim
-            view[axis] = len(sign)
-            periods.append(len(sign))
-            self.reflections.append(
-                (
-                    torch.from_numpy(index).to(device),
-                    torch.from_numpy(sign).view(view),
-                )
-            )
-        self.periods = tuple(periods)
+            synthesis, theta = axis_modes(n, kinds[SIDES[2 * axis]], kinds[SIDES[2 * axis + 1]])
+            evolving = np.abs(synthesis).sum(axis=1) > 0
+            analysis = np.zeros(synthesis.T.shape)
+            analysis[:, evolving] = np.linalg.inv(synthesis[evolving])  # square: one mode per evolving node
+            self.analysis.append(torch.from_numpy(analysis).to(dtype=dtype, device=device))
+            self.synthesis.append(torch.from_numpy(synthesis).to(dtype=dtype, device=device))
+            self.angles.append(torch.from_numpy(theta))
 
-    def extend(self, u: Float[Tensor, "batch channels *space"]) -> Tensor:
-        """`u` extended along every axis to one period by its boundary symmetries (w must be 0 on the
-        Dirichlet nodes)."""
-        for axis, (index, sign) in enumerate(self.reflections):
-            u = u.index_select(axis - self.ndim, index) * sign.to(u.dtype)
-        return u
+    def along(self, x: Tensor, matrices: Sequence[Tensor]) -> Tensor:
+        """`matrices[a]` applied along every space axis a of x (batch, channels, *space)."""
+        for axis, matrix in enumerate(matrices):
+            last = axis == self.ndim - 1  # else the first of two axes
+            x = torch.matmul(x, matrix.T) if last else torch.matmul(matrix, x)
+        return x
 
     def to_spectral(self, u: Float[Tensor, "batch channels *space"]) -> Tensor:
-        return torch.fft.rfftn(self.extend(u), dim=self.dims)
+        """The modes' coefficients of `u` on the evolving nodes (its Dirichlet nodes are ignored)."""
+        return self.along(u, self.analysis)
 
     def to_grid(self, v: Tensor) -> Tensor:
-        """The nodes of the grid from a spectrum of the extension."""
-        u = torch.fft.irfftn(v, s=self.periods, dim=self.dims)
-        for dim, n in zip(self.dims, self.shape, strict=True):
-            u = u.narrow(dim, 0, n)
-        return u
+        """The nodes from the coefficients (zero on the Dirichlet nodes)."""
+        return self.along(v, self.synthesis)
 
     def laplacian_eigenvalues(self, h: Float[Tensor, " batch"]) -> Tensor:
-        """-sum over axes of (4 / h^2) sin^2(pi q / P), (batch, 1, *spectral), float64."""
+        """-sum over axes of (4 / h^2) sin^2(theta / 2), (batch, 1, *modes), float64."""
         total = torch.zeros((), dtype=torch.float64)
-        for axis, period in enumerate(self.periods):
-            last = axis == self.ndim - 1
-            q = torch.arange(period // 2 + 1) if last else torch.fft.fftfreq(period, d=1.0 / period)
+        for axis, theta in enumerate(self.angles):
             view = [1] * self.ndim
             view[axis] = -1
-            total = total + torch.sin(math.pi * q.to(torch.float64) / period).square().view(view)
+            total = total + torch.sin(theta / 2).square().view(view)
         return -4.0 * total.unsqueeze(0).unsqueeze(0) / h.view(-1, 1, *([1] * self.ndim)).square()
 
 
@@ -169,8 +166,7 @@ def exact_heat(
     shape = tuple(u0.shape[2:])
     ndim = len(shape)
     dtype = u0.dtype
-    complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
-    basis = Basis(shape, kinds, u0.device)
+    basis = Basis(shape, kinds, dtype, u0.device)
     h = lengths / (shape[0] - 1)
     nu = diffusivity.view(-1, 1, *([1] * ndim))
     mu = nu * basis.laplacian_eigenvalues(h)  # (batch, 1, *spectral)
@@ -182,7 +178,7 @@ def exact_heat(
         return basis.to_spectral(pattern.to(dtype))
 
     mask = unknown_mask(shape, kinds).to(u0.device)
-    steady = torch.zeros((), dtype=complex_dtype)
+    steady = torch.zeros((), dtype=dtype)
     oscillating = []
     for side, series in sides.items():
         moving = bool((series.amplitude != 0).any())
@@ -208,13 +204,13 @@ def exact_heat(
 
     start = impose(u0.clone(), 0.0)
     write(0, start)
-    v = basis.to_spectral(torch.where(mask, start, 0.0))
+    v = basis.to_spectral(start)
     for k in range(1, steps // save_every + 1):
         t0, t1 = (k - 1) * save_every * dt, k * save_every * dt
         v = v * decay + steady
         for pattern, scale, angular in oscillating:
             v = v + pattern * (scale * frame_multiplier(mu, growth, angular, t0, t1)).to(dtype)
-        write(k, impose(basis.to_grid(v).contiguous(), t1))
+        write(k, impose(basis.to_grid(v), t1))
         if on_frame is not None:
             on_frame(save_every)
     if on_frame is not None and steps % save_every:
