@@ -10,7 +10,7 @@ time on n = 17, 33, 65 nodes per axis must fall at order 2 (within 0.2) over bot
   du/dn = 0 at x = 1, whose periodic state Im(e^{i w t} X(x)), X = sinh(z (1 - x)) / sinh(z) or
   cosh(z (1 - x)) / cosh(z), z = (1 + i) sqrt(w / (2 nu)), is the solution from its own value at t = 0
   (in 2D the same in x, insulated at y = 0 and 1).
-Measured (float64): orders 1.99-2.00 in every case (run with -s to see them), the file 20 s on a 2-core machine.
+Measured (float64): orders 1.99-2.03 in every case (run with -s to see them), the file 12-20 s on a 2-core machine.
 """
 
 from __future__ import annotations

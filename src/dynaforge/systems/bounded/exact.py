@@ -98,8 +98,10 @@ class Basis:
     def along(self, x: Tensor, matrices: Sequence[Tensor]) -> Tensor:
         """`matrices[a]` applied along every space axis a of x (batch, channels, *space)."""
         for axis, matrix in enumerate(matrices):
-            last = axis == self.ndim - 1  # else the first of two axes
-            x = torch.matmul(x, matrix.T) if last else torch.matmul(matrix, x)
+            last = axis == self.ndim - 1
+            # the first of two axes as one product over every sample's columns (einsum's single matrix
+            # product: twice as fast as a batch of small ones on one core)
+            x = torch.matmul(x, matrix.T) if last else torch.einsum("ij,bcjk->bcik", matrix, x)
         return x
 
     def to_spectral(self, u: Float[Tensor, "batch channels *space"]) -> Tensor:
