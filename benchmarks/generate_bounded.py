@@ -395,7 +395,9 @@ def time_phiflow(case: dict) -> dict | str:
     def step(velocity: object, pressure: object) -> tuple[object, object]:
         velocity = flow.advect.semi_lagrangian(velocity, velocity, dt)
         velocity = flow.diffuse.explicit(velocity, nu, dt)
-        solve = flow.Solve("CG", 1e-5, 1e-5, x0=pressure, rank_deficiency=1)
+        # near the steady state its CG stops on a rising residual at some steps ("Diverged"); keep the
+        # partial result there instead of aborting (the error against Ghia below says what it cost)
+        solve = flow.Solve("CG", 1e-5, 1e-5, x0=pressure, rank_deficiency=1, suppress=[flow.math.Diverged])
         return flow.fluid.make_incompressible(velocity, (), solve)
 
     step(velocity, None)  # warm-up
@@ -445,7 +447,8 @@ def cavity_records(run: dict) -> list[dict]:
                 f"speeds against Ghia, Ghia & Shin (1982), 17 points per centre line: dynaforge "
                 f"{ours['error']:.3g} (MAC grid, SSP-RK3, exact DCT projection, {ours['steps']} steps of "
                 f"{ours['dt']:.3g}, float64, a batch of {case['samples']}), PhiFlow {peer['error']:.3g} "
-                f"(semi-Lagrangian advection, explicit diffusion, CG projection to 1e-5, {peer['steps']} steps "
+                f"(semi-Lagrangian advection, explicit diffusion, CG projection to 1e-5 (a CG stopped on a rising "
+                f"residual keeps its partial result), {peer['steps']} steps "
                 f"of {peer['dt']:.3g}, float64); error ratio PhiFlow / dynaforge {ratio:.3g} "
                 f"({equality(ratio)}); each at {STEP_FRACTION} of its step bound; 1 thread, "
                 f"torch {torch.__version__}, {run['machine']}; {run['load']}"

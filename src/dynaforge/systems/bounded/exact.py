@@ -93,7 +93,7 @@ class Basis:
             analysis[:, evolving] = np.linalg.inv(synthesis[evolving])  # square: one mode per evolving node
             self.analysis.append(torch.from_numpy(analysis).to(dtype=dtype, device=device))
             self.synthesis.append(torch.from_numpy(synthesis).to(dtype=dtype, device=device))
-            self.angles.append(torch.from_numpy(theta))
+            self.angles.append(torch.from_numpy(theta).to(device))
 
     def along(self, x: Tensor, matrices: Sequence[Tensor]) -> Tensor:
         """`matrices[a]` applied along every space axis a of x (batch, channels, *space)."""
@@ -114,7 +114,7 @@ class Basis:
 
     def laplacian_eigenvalues(self, h: Float[Tensor, " batch"]) -> Tensor:
         """-sum over axes of (4 / h^2) sin^2(theta / 2), (batch, 1, *modes), float64."""
-        total = torch.zeros((), dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=h.device)
         for axis, theta in enumerate(self.angles):
             view = [1] * self.ndim
             view[axis] = -1
@@ -129,7 +129,7 @@ def forcing_pattern(side: str, kind: str, series: SideSeries, h: Tensor, shape: 
     axis, high = divmod(SIDES.index(side), 2)
     n = shape[axis]
     hv = h.view(-1, 1, *([1] * ndim))
-    pattern = torch.zeros((h.shape[0], 1, *shape), dtype=torch.float64)
+    pattern = torch.zeros((h.shape[0], 1, *shape), dtype=torch.float64, device=h.device)
     if kind == "dirichlet":
         layer, weight = (n - 2 if high else 1), 1.0 / hv.square()
     else:

@@ -81,7 +81,9 @@ class HeatBounded(BoundedSystem):
             sides = {}
             for side in self.kinds:
                 profile = self.side_profile(side, u0.device)
-                ones = torch.ones((padded, 1, *([1] * (self.ndim - 1))), dtype=torch.float64)
+                ones = torch.ones(
+                    (padded, 1, *([1] * (self.ndim - 1))), dtype=torch.float64, device=u0.device
+                )
                 sides[side] = SideSeries(
                     ones if profile is None else ones * profile,
                     column(f"{side}_value"),
