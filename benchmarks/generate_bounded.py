@@ -9,18 +9,22 @@ error is measured against the truth at its own grid points (max norm at the fina
   u = 1 + x / 2 + sin(3 pi x / 2) exp(-nu (3 pi / 2)^2 t) / 2.
 - 2D on [0, 1]^2, 64 x 64 points: u = 0 at x = 0, du/dn = 0 at x = 1, u = 0 at y = 0 and y = 1;
   u = sin(3 pi x / 2) sin(pi y) exp(-nu ((3/2)^2 + 1) pi^2 t) + sin(pi x / 2) sin(2 pi y) exp(-nu (1/4 + 4) pi^2 t) / 2.
-dynaforge steps a batch of samples at once with SSP-RK3 (three Laplacians a step, `heat_bounded`, nodes
-j / (n - 1) with both ends); py-pde 0.59 one sample at a time with its numba-compiled explicit Euler (one
-Laplacian a step, cells centred at (j + 1/2) / n). Each tool takes the largest step that is stable with a
-margin (`STEP_FRACTION` of its bound: the spatial error dominates both at these steps, so a smaller step
-buys neither tool accuracy); the errors printed beside the figures say how equal they are (`EQUAL_ERROR`).
-Timings exclude numba compilation (a warm-up run first), but each py-pde `solve` compiles its stepper again,
-so two py-pde rates are recorded: per solve of one sample (what generating samples one by one costs) and of
-its steps alone (a stepper compiled once by `make_stepper` and timed over the whole span).
+dynaforge (`heat_bounded`, nodes j / (n - 1) with both ends) steps a batch of samples at once, two ways:
+exactly in time (`time_stepping: exact`: the semi-discrete solution at each of `FRAMES` stored frames, one
+inverse transform per frame, in the sine/cosine eigenbasis of its difference Laplacian) and with SSP-RK3
+(three Laplacians a step, at `STEP_FRACTION` of its stability bound). py-pde 0.59 steps one sample at a time
+with its numba-compiled explicit Euler (one Laplacian a step, cells centred at (j + 1/2) / n) at
+`STEP_FRACTION` of its bound (the spatial error dominates there, so a smaller step buys it no accuracy); the
+errors printed beside the figures say how equal they are (`EQUAL_ERROR`). Timings exclude numba compilation
+(a warm-up run first), but each py-pde `solve` compiles its stepper again, so two py-pde rates are recorded:
+per solve of one sample (what generating samples one by one costs) and of its steps alone (a stepper
+compiled once by `make_stepper` and timed over the whole span). The floor beside dynaforge's exact figure is
+the time of the bare transforms it runs (one analysis per rollout and one synthesis per frame, a matrix
+product per axis each).
 
 Writes the standard records (case, baseline, metric, dynaforge, baseline_value, ratio, notes), ratio > 1:
-dynaforge faster: sample-steps/s against py-pde per solve and against its steps alone, and samples taken to
-the final time per second (at the errors recorded in the notes) against its steps alone. The measured
+dynaforge faster: samples taken to the final time per second, each tool at its own step count and at the
+errors in the notes, also written as sample-steps/s counted in py-pde's steps (the same ratio). The measured
 figures whole go to generate_bounded.detail.json beside it.
 """
 
@@ -37,13 +41,21 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scipy.interpolate import CubicSpline
+
 from dynaforge.atomic import atomic_write_json
+from dynaforge.config import load_config
 from dynaforge.config.base import Range
 from dynaforge.systems.bounded.core import STABILITY_EXTENT
+from dynaforge.systems.bounded.exact import Basis
 from dynaforge.systems.bounded.heat import HeatBounded, HeatBoundedConfig
 from dynaforge.systems.bounded.system import BoundaryConfig, SideConfig
+from dynaforge.systems.registry import build_system
 from machine import load_note, machine_name
 from smoke import quick_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "physics"))  # the published tables
+import ghia_1982
 
 RESULTS = Path(__file__).resolve().parent / "results" / "generate_bounded.json"
 NU = 0.05
@@ -51,17 +63,22 @@ STEP_FRACTION = 0.9
 """Each tool steps at this fraction of its stability bound."""
 EQUAL_ERROR = 1.25
 """Errors within this factor of each other count as equal."""
+FRAMES = 10
+"""Frames the exact stepper stores between t = 0 and the final time (a dataset stores frames; py-pde only
+reaches the final one), each an inverse transform."""
+REPEATS = 5
+"""dynaforge's batch is timed this many times, the best kept (milliseconds each with exact stepping)."""
 
 
 def cases(quick: bool) -> list[dict]:
     if quick:
         return [
-            {"ndim": 1, "n": 32, "t_end": 0.05, "samples": 16, "pypde_samples": 1},
-            {"ndim": 2, "n": 16, "t_end": 0.05, "samples": 16, "pypde_samples": 1},
+            {"ndim": 1, "n": 32, "t_end": 0.05, "samples": 16, "exact_samples": 16, "pypde_samples": 1},
+            {"ndim": 2, "n": 16, "t_end": 0.05, "samples": 16, "exact_samples": 16, "pypde_samples": 1},
         ]
     return [
-        {"ndim": 1, "n": 128, "t_end": 0.5, "samples": 1024, "pypde_samples": 2},
-        {"ndim": 2, "n": 64, "t_end": 0.2, "samples": 32, "pypde_samples": 2},
+        {"ndim": 1, "n": 128, "t_end": 0.5, "samples": 1024, "exact_samples": 4096, "pypde_samples": 2},
+        {"ndim": 2, "n": 64, "t_end": 0.2, "samples": 32, "exact_samples": 256, "pypde_samples": 2},
     ]
 
 
@@ -96,35 +113,57 @@ def steps_for(t_end: float, bound: float) -> int:
     return math.ceil(t_end / (STEP_FRACTION * bound))
 
 
-def dynaforge_system(case: dict) -> HeatBounded:
+def dynaforge_system(case: dict, exact: bool = False) -> HeatBounded:
+    """SSP-RK3 at STEP_FRACTION of its bound, or exact stepping with FRAMES frames to the final time."""
     h = 1.0 / (case["n"] - 1)
     bound = STABILITY_EXTENT[3][0] / (4 * NU * case["ndim"] / h**2)  # SSP-RK3 along the negative real axis
-    steps = steps_for(case["t_end"], bound)
+    steps = FRAMES if exact else steps_for(case["t_end"], bound)
     config = HeatBoundedConfig(
         ndim=case["ndim"],
         resolution=case["n"],
         dt=case["t_end"] / steps,
         steps=steps,
-        save_every=steps,
+        save_every=1 if exact else steps,
         diffusivity=Range(NU, NU),
         boundary=boundary(case["ndim"]),
         dtype="float64",
+        time_stepping="exact" if exact else "runge_kutta",
     )
     return HeatBounded(config)
 
 
-def time_dynaforge(system: HeatBounded, case: dict) -> tuple[float, float]:
-    """Seconds for a batch of `samples` rollouts to the final time, and the max error of one of them."""
-    samples, n, ndim = case["samples"], case["n"], case["ndim"]
+def time_dynaforge(system: HeatBounded, case: dict, samples: int) -> tuple[float, float]:
+    """Seconds for a batch of `samples` rollouts to the final time (best of REPEATS with exact stepping,
+    one run with Runge-Kutta), and the max error of one of them."""
+    n, ndim = case["n"], case["ndim"]
     drawn = system.draw_samples([np.random.default_rng(seed) for seed in range(samples)])
     x, y = points(ndim, np.arange(n) / (n - 1))
     u0 = torch.from_numpy(exact(ndim, x, y, 0.0)).expand(samples, 1, *([n] * ndim)).contiguous()
     system.rollout(u0[:16], drawn.params[:16], steps=2, save_every=1)  # warm-up
-    start = time.perf_counter()
-    fields = system.rollout(u0, drawn.params).fields
-    seconds = time.perf_counter() - start
+    seconds = math.inf
+    for _ in range(REPEATS if system.exact else 1):
+        start = time.perf_counter()
+        fields = system.rollout(u0, drawn.params).fields
+        seconds = min(seconds, time.perf_counter() - start)
     error = np.abs(fields[0, -1, 0].numpy() - exact(ndim, x, y, case["t_end"])).max()
     return seconds, float(error)
+
+
+def transform_floor(system: HeatBounded, samples: int) -> float:
+    """Seconds of the bare transforms of an exact rollout of `samples` samples: one analysis and FRAMES
+    syntheses (a matrix product per axis each), in blocks of the system's size (best of REPEATS)."""
+    basis = Basis(system.shape, system.kinds, torch.float64, torch.device("cpu"))
+    block = system.block_samples(torch.device("cpu"))
+    field = torch.randn((block, 1, *system.shape), dtype=torch.float64)
+    coefficients = basis.to_spectral(field)
+    best = math.inf
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        basis.to_spectral(field)
+        for _ in range(FRAMES):
+            basis.to_grid(coefficients)
+        best = min(best, time.perf_counter() - start)
+    return best * math.ceil(samples / block)
 
 
 def time_pypde(case: dict) -> dict:
@@ -177,11 +216,11 @@ def detail_path(out: Path) -> Path:
     return out.with_name(out.name.removesuffix(".json") + ".detail.json")
 
 
-def equality(run: dict) -> str:
-    """How equal the two errors are, in words."""
-    if run["equal_error"]:
+def equality(ratio: float) -> str:
+    """How equal two errors are (py-pde's over dynaforge's), in words."""
+    if 1 / EQUAL_ERROR <= ratio <= EQUAL_ERROR:
         return f"equal within {EQUAL_ERROR}x"
-    if run["error_ratio"] > EQUAL_ERROR:
+    if ratio > EQUAL_ERROR:
         return (
             f"not equal within {EQUAL_ERROR}x: dynaforge is the more accurate, so at equal error its ratio "
             "would be higher (this one is a lower bound)"
@@ -192,91 +231,237 @@ def equality(run: dict) -> str:
 def records(run: dict) -> list[dict]:
     """The standard records of one measured case (a `run_case` result)."""
     pypde = f"py-pde {run['pypde']} explicit Euler (numba)"
-    overhead = (
-        run["pypde_steps"] / run["pypde_sample_steps_per_s"]
-        - run["pypde_steps"] / run["pypde_steps_only_sample_steps_per_s"]
+    steps = run["pypde_steps"]
+    overhead = steps / run["pypde_sample_steps_per_s"] - steps / run["pypde_steps_only_sample_steps_per_s"]
+    errors = (
+        f"max error against the exact solution at t = {run['t_end']}: py-pde {run['error_pypde']:.3g} "
+        f"({steps} steps of {run['pypde_dt']:.3g}, explicit Euler, 1 Laplacian a step, cell-centred, at "
+        f"{STEP_FRACTION} of its stability bound)"
     )
-    common = (
-        f"{run['boundary']}; max error against the exact solution at t = {run['t_end']}: dynaforge "
-        f"{run['error_dynaforge']:.3g} ({run['steps']} steps of {run['dt']:.3g}, float64 SSP-RK3, 3 Laplacians "
-        f"a step, nodes with both ends, a batch of {run['dynaforge_samples']}), py-pde {run['error_pypde']:.3g} "
-        f"({run['pypde_steps']} steps of {run['pypde_dt']:.3g}, explicit Euler, 1 Laplacian a step, "
-        f"cell-centred); error ratio py-pde / dynaforge {run['error_ratio']:.3g} "
-        f"({equality(run)}); "
-        f"each at {STEP_FRACTION} of its stability bound; py-pde recompiles its stepper at every solve "
-        f"({overhead:.2f} s per solve beyond its steps); {run['threads']} thread, torch {run['torch']}, "
-        f"{run['machine']}; {run['load']}"
+    exact = (
+        f"dynaforge {run['error_exact']:.3g} (exact time stepping, {FRAMES} frames stored to the final time, "
+        f"float64, nodes with both ends, batches of {run['exact_samples']}); error ratio py-pde / dynaforge "
+        f"{run['error_ratio_exact']:.3g} ({equality(run['error_ratio_exact'])}); transform floor (the bare "
+        f"matrix products of its transforms) {run['floor_samples_per_s']:.4g} samples/s, dynaforge at "
+        f"{run['exact_samples_per_s'] / run['floor_samples_per_s']:.2f} of it"
     )
+    rk = (
+        f"dynaforge {run['error_rk']:.3g} (SSP-RK3, {run['rk_steps']} steps of {run['rk_dt']:.3g} at "
+        f"{STEP_FRACTION} of its bound, 3 Laplacians a step, float64, a batch of {run['rk_samples']}); error "
+        f"ratio py-pde / dynaforge {run['error_ratio_rk']:.3g} ({equality(run['error_ratio_rk'])})"
+    )
+    where = (
+        f"py-pde recompiles its stepper at every solve ({overhead:.2f} s per solve beyond its steps); "
+        f"{run['threads']} thread, torch {run['torch']}, {run['machine']}; {run['load']}"
+    )
+    metric = f"sample-steps/s at equal error (py-pde's {steps} steps to t = {run['t_end']} per sample)"
+    to_time = f"samples to t = {run['t_end']} per s, at the errors in the notes"
     return [
         {
             "case": run["case"],
+            "baseline": f"{pypde}, its steps alone (per-solve compilation excluded)",
+            "metric": metric,
+            "dynaforge": run["exact_samples_per_s"] * steps,
+            "baseline_value": run["pypde_samples_per_s"] * steps,
+            "ratio": run["exact_samples_per_s"] / run["pypde_samples_per_s"],
+            "notes": f"ratio > 1: dynaforge faster; dynaforge stepping exactly in time; {run['boundary']}; "
+            f"{errors}; {exact}; {where}",
+        },
+        {
+            "case": run["case"],
             "baseline": f"{pypde}, one solve per sample (each solve compiles its stepper again)",
-            "metric": "sample-steps/s",
-            "dynaforge": run["dynaforge_sample_steps_per_s"],
-            "baseline_value": run["pypde_sample_steps_per_s"],
-            "ratio": run["ratio"],
-            "notes": f"ratio > 1: dynaforge faster; py-pde's per-solve compile time counted; {common}",
+            "metric": metric,
+            "dynaforge": run["exact_samples_per_s"] * steps,
+            "baseline_value": run["pypde_solve_samples_per_s"] * steps,
+            "ratio": run["exact_samples_per_s"] / run["pypde_solve_samples_per_s"],
+            "notes": f"ratio > 1: dynaforge faster; py-pde's per-solve compile time counted; {run['boundary']}; "
+            f"{errors}; {exact}; {where}",
         },
         {
             "case": run["case"],
             "baseline": f"{pypde}, its steps alone (per-solve compilation excluded)",
-            "metric": "sample-steps/s",
-            "dynaforge": run["dynaforge_sample_steps_per_s"],
-            "baseline_value": run["pypde_steps_only_sample_steps_per_s"],
-            "ratio": run["ratio_steps_only"],
-            "notes": f"ratio > 1: dynaforge faster; a step of either tool, whatever its size; {common}",
-        },
-        {
-            "case": run["case"],
-            "baseline": f"{pypde}, its steps alone (per-solve compilation excluded)",
-            "metric": f"samples to t = {run['t_end']} per s, at the errors in the notes",
-            "dynaforge": run["dynaforge_samples_per_s"],
+            "metric": to_time,
+            "dynaforge": run["rk_samples_per_s"],
             "baseline_value": run["pypde_samples_per_s"],
-            "ratio": run["ratio_to_time"],
-            "notes": f"ratio > 1: dynaforge faster; the equal-error figure (each tool's own step count); {common}",
+            "ratio": run["rk_samples_per_s"] / run["pypde_samples_per_s"],
+            "notes": f"ratio > 1: dynaforge faster; dynaforge with SSP-RK3 (`time_stepping: runge_kutta`, the "
+            f"default); {run['boundary']}; {errors}; {rk}; {where}",
         },
     ]
 
 
 def run_case(case: dict) -> dict:
-    system = dynaforge_system(case)
-    seconds, error = time_dynaforge(system, case)
+    exact_system = dynaforge_system(case, exact=True)
+    exact_seconds, exact_error = time_dynaforge(exact_system, case, case["exact_samples"])
+    floor = transform_floor(exact_system, case["exact_samples"])
+    rk_system = dynaforge_system(case)
+    rk_seconds, rk_error = time_dynaforge(rk_system, case, case["samples"])
     peer = time_pypde(case)
-    steps = system.config.steps
-    ours_rate = case["samples"] * steps / seconds
-    theirs_rate = case["pypde_samples"] * peer["steps"] / peer["seconds"]
-    ours_samples = case["samples"] / seconds
-    theirs_samples = peer["steps_only_sample_steps_per_s"] / peer["steps"]
-    ratio = peer["error"] / error
     return {
         "case": f"heat {case['ndim']}D, {case['n']} points per axis, nu={NU}, t = 0 to {case['t_end']}",
         "boundary": "u = 1 left, du/dn = 0.5 right"
         if case["ndim"] == 1
         else "u = 0 left, du/dn = 0 right, u = 0 bottom and top",
         "t_end": case["t_end"],
-        "steps": steps,
-        "dt": system.config.dt,
-        "dynaforge_samples": case["samples"],
-        "dynaforge_sample_steps_per_s": ours_rate,
-        "dynaforge_samples_per_s": ours_samples,
-        "error_dynaforge": error,
+        "frames": FRAMES,
+        "exact_samples": case["exact_samples"],
+        "exact_seconds": exact_seconds,
+        "exact_samples_per_s": case["exact_samples"] / exact_seconds,
+        "floor_samples_per_s": case["exact_samples"] / floor,
+        "error_exact": exact_error,
+        "rk_samples": case["samples"],
+        "rk_steps": rk_system.config.steps,
+        "rk_dt": rk_system.config.dt,
+        "rk_samples_per_s": case["samples"] / rk_seconds,
+        "error_rk": rk_error,
         "pypde_steps": peer["steps"],
         "pypde_dt": peer["dt"],
-        "pypde_sample_steps_per_s": theirs_rate,
+        "pypde_sample_steps_per_s": case["pypde_samples"] * peer["steps"] / peer["seconds"],
+        "pypde_solve_samples_per_s": case["pypde_samples"] / peer["seconds"],
         "pypde_steps_only_sample_steps_per_s": peer["steps_only_sample_steps_per_s"],
-        "pypde_samples_per_s": theirs_samples,
+        "pypde_samples_per_s": peer["steps_only_sample_steps_per_s"] / peer["steps"],
         "error_pypde": peer["error"],
-        "error_ratio": ratio,
-        "equal_error": bool(1 / EQUAL_ERROR <= ratio <= EQUAL_ERROR),
-        "ratio": ours_rate / theirs_rate,
-        "ratio_steps_only": ours_rate / peer["steps_only_sample_steps_per_s"],
-        "ratio_to_time": ours_samples / theirs_samples,
+        "error_ratio_exact": peer["error"] / exact_error,
+        "error_ratio_rk": peer["error"] / rk_error,
         "threads": 1,
         "machine": machine_name(),
         "load": load_note(),
         "pypde": peer["version"],
         "torch": torch.__version__,
     }
+
+
+REYNOLDS = 100
+"""The cavity case's Reynolds number (lid speed 1, side 1)."""
+
+
+def cavity_case(quick: bool) -> dict:
+    """Same cells per side, Re and time span for both tools: 10 lid-passing times, near the steady state that
+    Ghia et al. tabulate (dynaforge's 32 x 32 flow changes by < 1e-6 lid speeds per unit time from t = 23,
+    docs/cavity.md; the span is cut to 10 to keep PhiFlow's run to minutes on one core)."""
+    if quick:
+        return {"n": 8, "t_end": 0.2, "samples": 8}
+    return {"n": 32, "t_end": 10.0, "samples": 8}
+
+
+def centre_line_error(u: np.ndarray, v: np.ndarray) -> float:
+    """Largest |error| in lid speeds against Ghia, Ghia & Shin (1982) at Re = 100 over their 17 points of each
+    centre line, from cell-centred u, v (n, n), x first: the two middle columns (rows) averaged onto x = 1/2
+    (y = 1/2), a cubic spline through them and the wall values (the same for both tools)."""
+    n = u.shape[0]
+    positions = np.concatenate([[0.0], (np.arange(n) + 0.5) / n, [1.0]])
+    u_line = np.concatenate([[0.0], 0.5 * (u[n // 2 - 1] + u[n // 2]), [1.0]])
+    v_line = np.concatenate([[0.0], 0.5 * (v[:, n // 2 - 1] + v[:, n // 2]), [0.0]])
+    u_error = np.abs(CubicSpline(positions, u_line)(ghia_1982.Y) - ghia_1982.U[REYNOLDS])
+    v_error = np.abs(CubicSpline(positions, v_line)(ghia_1982.X) - ghia_1982.V[REYNOLDS])
+    return float(max(u_error.max(), v_error.max()))
+
+
+def time_dynaforge_cavity(case: dict) -> dict:
+    """dynaforge's cavity (MAC grid, SSP-RK3, exact DCT projection), float64, a batch of `samples`."""
+    n, samples = case["n"], case["samples"]
+    overrides = ["system.name=cavity", f"system.resolution={n}", f"system.reynolds={REYNOLDS}"]
+    bound = load_config(None, [*overrides, "system.dt=1e-4"]).system.largest_stable_dt()
+    steps = math.ceil(case["t_end"] / (STEP_FRACTION * bound))
+    dt = case["t_end"] / steps
+    system = build_system(load_config(None, [*overrides, "system.dtype=float64", f"system.dt={dt}"]).system)
+    params = torch.tensor([[1.0, float(REYNOLDS), 1.0]], dtype=torch.float64).expand(samples, 3).contiguous()
+    system.rollout(params[:1], steps=2, save_every=2)  # warm-up
+    start = time.perf_counter()
+    fields = system.rollout(params, steps=steps, save_every=steps).fields
+    seconds = time.perf_counter() - start
+    last = fields[0, -1].numpy()
+    return {"steps": steps, "dt": dt, "seconds": seconds, "error": centre_line_error(last[0], last[1])}
+
+
+def time_phiflow(case: dict) -> dict | str:
+    """PhiFlow's own cavity recipe, one sample (semi-Lagrangian advection, explicit diffusion, its pressure
+    projection by conjugate gradients to 1e-5, warm-started), at STEP_FRACTION of its explicit diffusion
+    bound h^2 / (4 nu) and of CFL 1; or why it did not run."""
+    try:
+        import phi
+        from phi import flow
+    except ImportError:
+        return "skipped: phiflow is not installed (benchmarks/requirements.txt, `make bench-env`)"
+    flow.math.set_global_precision(64)
+    n = case["n"]
+    nu = 1.0 / REYNOLDS
+    h = 1.0 / n
+    steps = math.ceil(case["t_end"] / (STEP_FRACTION * min(h / 1.0, h * h / (4 * nu))))
+    dt = case["t_end"] / steps
+    boundary = {"x": 0, "y-": 0, "y+": flow.vec(x=1, y=0)}
+    velocity = flow.StaggeredGrid(0, boundary, x=n, y=n, bounds=flow.Box(x=1, y=1))
+
+    def step(velocity: object, pressure: object) -> tuple[object, object]:
+        velocity = flow.advect.semi_lagrangian(velocity, velocity, dt)
+        velocity = flow.diffuse.explicit(velocity, nu, dt)
+        # near the steady state its CG stops on a rising residual at some steps ("Diverged", "NotConverged"); keep the
+        # partial result there instead of aborting (the error against Ghia below says what it cost)
+        solve = flow.Solve(
+            "CG",
+            1e-5,
+            1e-5,
+            x0=pressure,
+            rank_deficiency=1,
+            suppress=[flow.math.Diverged, flow.math.NotConverged],
+        )
+        return flow.fluid.make_incompressible(velocity, (), solve)
+
+    step(velocity, None)  # warm-up
+    pressure = None
+    start = time.perf_counter()
+    for _ in range(steps):
+        velocity, pressure = step(velocity, pressure)
+    seconds = time.perf_counter() - start
+    centred = velocity.at_centers().values.numpy("x,y,vector")
+    return {
+        "steps": steps,
+        "dt": dt,
+        "seconds": seconds,
+        "error": centre_line_error(centred[..., 0], centred[..., 1]),
+        "version": phi.__version__,
+    }
+
+
+def run_cavity(case: dict) -> dict:
+    ours = time_dynaforge_cavity(case)
+    peer = time_phiflow(case)
+    run = {"case": case, "dynaforge": ours, "phiflow": peer, "machine": machine_name(), "load": load_note()}
+    if isinstance(peer, str):
+        print(f"PhiFlow cavity: {peer}")
+    return run
+
+
+def cavity_records(run: dict) -> list[dict]:
+    """The standard record of the cavity case; none where PhiFlow was skipped."""
+    ours, peer, case = run["dynaforge"], run["phiflow"], run["case"]
+    if isinstance(peer, str):
+        return []
+    ours_rate = case["samples"] / ours["seconds"]
+    theirs_rate = 1 / peer["seconds"]
+    ratio = peer["error"] / ours["error"]
+    return [
+        {
+            "case": f"lid-driven cavity Re={REYNOLDS}, {case['n']} x {case['n']} cells, t = 0 to {case['t_end']}",
+            "baseline": f"PhiFlow {peer['version']} (numpy backend), one sample",
+            "metric": f"sample-steps/s at equal error (PhiFlow's {peer['steps']} steps to t = {case['t_end']} "
+            "per sample)",
+            "dynaforge": ours_rate * peer["steps"],
+            "baseline_value": theirs_rate * peer["steps"],
+            "ratio": ours_rate / theirs_rate,
+            "notes": (
+                f"ratio > 1: dynaforge faster (samples to t = {case['t_end']} per s); max |error| in lid "
+                f"speeds against Ghia, Ghia & Shin (1982), 17 points per centre line: dynaforge "
+                f"{ours['error']:.3g} (MAC grid, SSP-RK3, exact DCT projection, {ours['steps']} steps of "
+                f"{ours['dt']:.3g}, float64, a batch of {case['samples']}), PhiFlow {peer['error']:.3g} "
+                f"(semi-Lagrangian advection, explicit diffusion, CG projection to 1e-5 (a CG stopped on a rising "
+                f"residual keeps its partial result), {peer['steps']} steps "
+                f"of {peer['dt']:.3g}, float64); error ratio PhiFlow / dynaforge {ratio:.3g} "
+                f"({equality(ratio)}); each at {STEP_FRACTION} of its step bound; 1 thread, "
+                f"torch {torch.__version__}, {run['machine']}; {run['load']}"
+            ),
+        }
+    ]
 
 
 def main() -> None:
@@ -291,8 +476,10 @@ def main() -> None:
         run = run_case(case)
         print(json.dumps(run, indent=1))
         runs.append(run)
-    atomic_write_json(detail_path(out), runs)
-    atomic_write_json(out, [record for run in runs for record in records(run)])
+    cavity = run_cavity(cavity_case(args.quick))
+    print(json.dumps(cavity, indent=1))
+    atomic_write_json(detail_path(out), [*runs, cavity])
+    atomic_write_json(out, [record for run in runs for record in records(run)] + cavity_records(cavity))
     print(f"wrote {out} and {detail_path(out).name}")
 
 

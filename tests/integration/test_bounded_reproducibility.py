@@ -33,6 +33,23 @@ BOUNDED = {
         CONFIGS / "advection_diffusion_bounded_2d.yaml",
         ["system.resolution=17", "system.steps=20"],
     ),
+    # heat stepped exactly in time (sine/cosine eigenbasis, FFTs): 1D with the preset's sides, 2D with
+    # insulated bottom and top
+    "heat_bounded_exact_1d": (
+        CONFIGS / "heat_bounded_1d.yaml",
+        ["system.resolution=33", "system.steps=40", "system.time_stepping=exact"],
+    ),
+    "heat_bounded_exact_2d": (
+        CONFIGS / "heat_bounded_1d.yaml",
+        [
+            "system.ndim=2",
+            "system.resolution=17",
+            "system.steps=40",
+            "system.time_stepping=exact",
+            "system.boundary.bottom.kind=neumann",
+            "system.dtype=float64",
+        ],
+    ),
     "fisher_kpp_bounded_1d": (
         CONFIGS / "heat_bounded_1d.yaml",
         [

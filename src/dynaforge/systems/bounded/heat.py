@@ -1,12 +1,25 @@
-"""Heat (diffusion) equation on a bounded domain: u_t = nu laplacian(u), boundary conditions per side."""
+"""Heat (diffusion) equation on a bounded domain: u_t = nu laplacian(u), boundary conditions per side.
+
+Two time steppers for the same second-order difference Laplacian: explicit Runge-Kutta (`core.integrate`,
+the default) or, with `time_stepping: exact`, the semi-discrete solution itself, advanced from frame to
+frame in the sine/cosine eigenbasis of the difference Laplacian (`exact.py`): no time error and no step
+size bound, one transform per stored frame."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
+import torch
 from torch import Tensor
 
+from dynaforge.config.base import checked, one_of
+from dynaforge.systems.base import RolloutRun
+from dynaforge.systems.batching import LANES, pad_rows
 from dynaforge.systems.bounded.core import Stencils
+from dynaforge.systems.bounded.exact import SideSeries, exact_heat
 from dynaforge.systems.bounded.system import BoundedSystem, DiffusiveBoundedConfig
 
 
@@ -15,14 +28,84 @@ class HeatBoundedConfig(DiffusiveBoundedConfig):
     """u_t = nu laplacian(u) on [0, L]^d."""
 
     name: str = "heat_bounded"
+    time_stepping: Literal["runge_kutta", "exact"] = checked(
+        "runge_kutta", check=one_of("runge_kutta", "exact")
+    )
+    """`runge_kutta`: `order`'s explicit scheme at `dt`; `exact`: the semi-discrete solution at each stored
+    frame (sine/cosine eigenbasis of the difference Laplacian; no time error, any `dt`, `order` unused)."""
 
 
 class HeatBounded(BoundedSystem):
     name = "heat_bounded"
     config_class = HeatBoundedConfig
+    config: HeatBoundedConfig
+
+    @property
+    def exact(self) -> bool:
+        return self.config.time_stepping == "exact"
+
+    @property
+    def scheme(self) -> str:
+        return "exact time stepping" if self.exact else super().scheme
 
     def tendency(self, stencils: Stencils, params: dict[str, Tensor]) -> Tensor:
         return stencils.laplacian().mul_(params["diffusivity"])  # into the stage's buffer, on purpose
 
     def rate_extents(self) -> tuple[float, float]:
         return self.diffusion_extent("diffusivity"), 0.0
+
+    def stability_bound(self) -> float:
+        """No bound for exact time stepping; Runge-Kutta's otherwise."""
+        return math.inf if self.exact else super().stability_bound()
+
+    def padded_rows(self, device: torch.device) -> int:
+        """Exact stepping pads every CPU block to its full size, so that the transforms see one shape whatever
+        the batch (`systems/batching.py`); whole lane groups on a GPU."""
+        return self.block_samples(device) if device.type == "cpu" else LANES
+
+    def block_stepper(self, run: RolloutRun) -> Callable[[slice], None]:
+        if not self.exact:
+            return super().block_stepper(run)
+        initial, params, steps, save_every, frames, report, _ = run
+        names = list(self.parameter_names)
+        padded = self.padded_rows(initial.device)
+
+        def run_block(rows: slice) -> None:
+            count = rows.stop - rows.start
+            block_params = pad_rows(params[rows].to(torch.float64), padded)
+            u0 = pad_rows(initial[rows].to(self.real_dtype), padded)
+
+            def column(name: str) -> Tensor:
+                return block_params[:, names.index(name)]
+
+            sides = {}
+            for side in self.kinds:
+                profile = self.side_profile(side, u0.device)
+                ones = torch.ones(
+                    (padded, 1, *([1] * (self.ndim - 1))), dtype=torch.float64, device=u0.device
+                )
+                sides[side] = SideSeries(
+                    ones if profile is None else ones * profile,
+                    column(f"{side}_value"),
+                    column(f"{side}_amplitude"),
+                    2 * math.pi * column(f"{side}_frequency"),
+                )
+
+            def write(frame: int, u: Tensor) -> None:
+                frames[rows, frame] = u[:count]
+
+            exact_heat(
+                u0,
+                column("diffusivity"),
+                column("domain_length"),
+                self.kinds,
+                sides,
+                self.boundary_values(block_params, names),
+                self.config.dt,
+                steps,
+                save_every,
+                write,
+                None if report is None else lambda done: report(count * done),
+            )
+
+        return run_block

@@ -274,6 +274,14 @@ class BoundedSystem(BlockSteppedSystem):
             initial.append(self.draw_initial(rng, row))
         return InitialStates(torch.from_numpy(np.stack(params)), torch.from_numpy(np.stack(initial)))
 
+    def side_profile(self, side: str, device: torch.device) -> Tensor | None:
+        """The side's shape along it, (1, 1, n) float64; None where it is 1 (1D, or uniform)."""
+        if self.ndim == 1 or getattr(self.config.boundary, side).profile == "uniform":
+            return None
+        n = self.config.resolution
+        s = torch.arange(n, dtype=torch.float64, device=device) / (n - 1)
+        return (4 * s * (1 - s)).view(1, 1, n)
+
     def boundary_values(
         self, params: Float[Tensor, "batch n_params"], names: Sequence[str] | None = None
     ) -> Boundary:
@@ -287,15 +295,7 @@ class BoundedSystem(BlockSteppedSystem):
             params[:, [names.index(f"{side}_{p}") for side in sides]] for p in SIDE_PARAMETERS
         )  # (batch, sides) each
 
-        def profile(side: str) -> Tensor | None:
-            """The side's shape along it, (1, 1, n); None where it is 1 (1D, or uniform)."""
-            if self.ndim == 1 or getattr(self.config.boundary, side).profile == "uniform":
-                return None
-            n = self.config.resolution
-            s = torch.arange(n, dtype=torch.float64, device=params.device) / (n - 1)
-            return (4 * s * (1 - s)).view(1, 1, n)
-
-        profiles = [profile(side) for side in sides]
+        profiles = [self.side_profile(side, params.device) for side in sides]
         n = self.config.resolution
 
         def values(t: float) -> BoundaryValues:

@@ -1,0 +1,219 @@
+"""Heat on a bounded grid stepped exactly in time: the second-order difference Laplacian of `core.py` (the
+same nodes, ghost mirrors and Dirichlet nodes) is diagonal in a sine/cosine basis, so its semi-discrete
+solution is advanced from frame to frame in one step with no time error (`docs/bounded.md` says why).
+
+- Basis: per axis, the sines and cosines that vanish on a Dirichlet end and are mirrored through a Neumann
+  end (the ghost node): DST-I when both ends are Dirichlet, DCT-I when both are Neumann, the quarter-wave
+  bases when they differ (`axis_modes`). Each is an eigenvector of the axis's second difference on its
+  evolving nodes, eigenvalue -(4 / h^2) sin^2(theta / 2); in 2D the products of the axes' modes, eigenvalues
+  summed. The transforms are one matrix product per axis with the synthesis matrix and its inverse (at the
+  32-128 nodes per axis of these datasets a dense product runs near the core's peak, and an FFT-based DST
+  of a length like 4 (n - 1) = 4 x 127 falls on a large prime factor).
+- Boundary values: the state is w + (the Dirichlet values on their nodes), w zero there. The boundary
+  values enter w's equation as a forcing on the nodes next to a Dirichlet node (g / h^2) and on a Neumann
+  node (2 g / h, the ghost mirror's 2 h g / h^2), each a fixed pattern per side times the side's
+  c(t) = value + amplitude sin(omega t). Each mode a obeys a' = mu a + nu rho c(t) (mu = nu lambda, rho the
+  pattern's coefficient), integrated in closed form over a frame:
+  a(t1) = e^{mu D} a(t0) + nu rho [value phi(mu, D) + amplitude S(t0, t1)],  D = t1 - t0,
+  phi = (e^{mu D} - 1) / mu (D where mu = 0),
+  S = (e^{mu D} (mu sin w t0 + w cos w t0) - (mu sin w t1 + w cos w t1)) / (mu^2 + w^2) (0 where both are 0).
+- The coefficients are carried from frame to frame and transformed back once per frame, so a rollout costs
+  one forward transform, then one inverse transform and a few products per stored frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from dynaforge.systems.bounded.core import SIDES, BoundaryValues, sides_of
+
+
+class SideSeries(NamedTuple):
+    """One side's g(s, t) = profile(s) (value + amplitude sin(angular t)), per sample (float64)."""
+
+    profile: Tensor
+    """(batch, 1, *side): g's shape along the side ((batch, 1) in 1D)."""
+    value: Tensor
+    """(batch,)"""
+    amplitude: Tensor
+    """(batch,)"""
+    angular: Tensor
+    """(batch,): 2 pi times the frequency."""
+
+
+def axis_modes(n: int, low: str, high: str) -> tuple[np.ndarray, np.ndarray]:
+    """The eigenvectors of one axis's difference Laplacian on its evolving nodes (float64): the synthesis
+    matrix (n, K) whose column k is the mode on the nodes (zero on a Dirichlet end), and each mode's angle
+    theta (eigenvalue -(4 / h^2) sin^2(theta / 2)). Both ends Dirichlet: sin(pi k j / (n - 1)), k = 1 .. n - 2
+    (DST-I); both Neumann: cos(pi k j / (n - 1)), k = 0 .. n - 1 (DCT-I); Dirichlet then Neumann:
+    sin(pi (k + 1/2) j / (n - 1)), Neumann then Dirichlet: cos(pi (k + 1/2) j / (n - 1)), k = 0 .. n - 2
+    (the quarter-wave bases)."""
+    m = n - 1
+    same = np.arange(1, m) if low == "dirichlet" else np.arange(0, n)
+    k = same if low == high else np.arange(0, m) + 0.5
+    theta = np.pi * k / m
+    j = np.arange(n)[:, None]
+    synthesis = np.sin(j * theta) if low == "dirichlet" else np.cos(j * theta)
+    if high == "dirichlet":
+        synthesis[-1] = 0.0  # the node is not evolved (the sine or cosine vanishes there up to rounding)
+    return synthesis, theta
+
+
+def unknown_mask(shape: Sequence[int], kinds: dict[str, str]) -> Tensor:
+    """1 on the nodes that evolve (on no Dirichlet side), 0 on the Dirichlet nodes, (1, 1, *shape) bool."""
+    mask = torch.ones(tuple(shape), dtype=torch.bool)
+    for i, side in enumerate(sides_of(len(shape))):
+        if kinds[side] == "dirichlet":
+            axis, high = divmod(i, 2)
+            mask.narrow(axis, shape[axis] - 1 if high else 0, 1).fill_(False)  # building a mask, in place
+    return mask.view(1, 1, *shape)
+
+
+class Basis:
+    """The transforms between a grid of `shape` (the sides' `kinds`) and the eigenbasis of its difference
+    Laplacian, as one matrix product per axis (built in float64, rounded once to the state's dtype), and the
+    eigenvalues."""
+
+    def __init__(
+        self, shape: Sequence[int], kinds: dict[str, str], dtype: torch.dtype, device: torch.device
+    ) -> None:
+        self.shape = tuple(shape)
+        self.ndim = len(shape)
+        self.analysis, self.synthesis, self.angles = [], [], []
+        for axis, n in enumerate(self.shape):
+            synthesis, theta = axis_modes(n, kinds[SIDES[2 * axis]], kinds[SIDES[2 * axis + 1]])
+            evolving = np.abs(synthesis).sum(axis=1) > 0
+            analysis = np.zeros(synthesis.T.shape)
+            analysis[:, evolving] = np.linalg.inv(synthesis[evolving])  # square: one mode per evolving node
+            self.analysis.append(torch.from_numpy(analysis).to(dtype=dtype, device=device))
+            self.synthesis.append(torch.from_numpy(synthesis).to(dtype=dtype, device=device))
+            self.angles.append(torch.from_numpy(theta).to(device))
+
+    def along(self, x: Tensor, matrices: Sequence[Tensor]) -> Tensor:
+        """`matrices[a]` applied along every space axis a of x (batch, channels, *space)."""
+        for axis, matrix in enumerate(matrices):
+            last = axis == self.ndim - 1
+            # the first of two axes as one product over every sample's columns (einsum's single matrix
+            # product: twice as fast as a batch of small ones on one core)
+            x = torch.matmul(x, matrix.T) if last else torch.einsum("ij,bcjk->bcik", matrix, x)
+        return x
+
+    def to_spectral(self, u: Float[Tensor, "batch channels *space"]) -> Tensor:
+        """The modes' coefficients of `u` on the evolving nodes (its Dirichlet nodes are ignored)."""
+        return self.along(u, self.analysis)
+
+    def to_grid(self, v: Tensor) -> Tensor:
+        """The nodes from the coefficients (zero on the Dirichlet nodes)."""
+        return self.along(v, self.synthesis)
+
+    def laplacian_eigenvalues(self, h: Float[Tensor, " batch"]) -> Tensor:
+        """-sum over axes of (4 / h^2) sin^2(theta / 2), (batch, 1, *modes), float64."""
+        total = torch.zeros((), dtype=torch.float64, device=h.device)
+        for axis, theta in enumerate(self.angles):
+            view = [1] * self.ndim
+            view[axis] = -1
+            total = total + torch.sin(theta / 2).square().view(view)
+        return -4.0 * total.unsqueeze(0).unsqueeze(0) / h.view(-1, 1, *([1] * self.ndim)).square()
+
+
+def forcing_pattern(side: str, kind: str, series: SideSeries, h: Tensor, shape: Sequence[int]) -> Tensor:
+    """Where a unit c(t) of `side` enters the Laplacian: profile / h^2 on the nodes next to a Dirichlet
+    side, 2 profile / h on a Neumann side's nodes (the ghost mirror), (batch, 1, *shape), float64."""
+    ndim = len(shape)
+    axis, high = divmod(SIDES.index(side), 2)
+    n = shape[axis]
+    hv = h.view(-1, 1, *([1] * ndim))
+    pattern = torch.zeros((h.shape[0], 1, *shape), dtype=torch.float64, device=h.device)
+    if kind == "dirichlet":
+        layer, weight = (n - 2 if high else 1), 1.0 / hv.square()
+    else:
+        layer, weight = (n - 1 if high else 0), 2.0 / hv
+    values = (series.profile * weight.squeeze(axis + 2)).unsqueeze(axis + 2)
+    pattern.narrow(axis + 2, layer, 1).copy_(values.expand_as(pattern.narrow(axis + 2, layer, 1)))
+    return pattern
+
+
+def frame_multiplier(mu: Tensor, growth: Tensor, angular: Tensor, t0: float, t1: float) -> Tensor:
+    """S(t0, t1) of the module docstring: the integral of e^{mu (t1 - s)} sin(angular s) over [t0, t1]."""
+    w = angular.view(-1, *([1] * (mu.ndim - 1)))
+    s0, c0, s1, c1 = torch.sin(w * t0), torch.cos(w * t0), torch.sin(w * t1), torch.cos(w * t1)
+    numerator = growth * (mu * s0 + w * c0) - (mu * s1 + w * c1)
+    denominator = mu.square() + w.square()
+    return torch.where(denominator == 0, 0.0, numerator / torch.where(denominator == 0, 1.0, denominator))
+
+
+def exact_heat(
+    u0: Float[Tensor, "batch channels *space"],
+    diffusivity: Float[Tensor, " batch"],
+    lengths: Float[Tensor, " batch"],
+    kinds: dict[str, str],
+    sides: dict[str, SideSeries],
+    boundary: Callable[[float], BoundaryValues],
+    dt: float,
+    steps: int,
+    save_every: int,
+    write: Callable[[int, Tensor], None],
+    on_frame: Callable[[int], None] | None = None,
+) -> None:
+    """The semi-discrete heat solution from `u0` at the frame times k save_every dt (k = 0 .. steps //
+    save_every), each handed to `write(k, u)` (the Dirichlet nodes set from `boundary`, which must agree
+    with `sides`); `on_frame(steps)` after each frame with the steps it spans. Per-sample numbers
+    (`diffusivity`, `lengths`, `sides`) are float64; the transforms run in u0's dtype."""
+    shape = tuple(u0.shape[2:])
+    ndim = len(shape)
+    dtype = u0.dtype
+    basis = Basis(shape, kinds, dtype, u0.device)
+    h = lengths / (shape[0] - 1)
+    nu = diffusivity.view(-1, 1, *([1] * ndim))
+    mu = nu * basis.laplacian_eigenvalues(h)  # (batch, 1, *spectral)
+    span = save_every * dt
+    growth = torch.exp(mu * span)
+    phi = torch.where(mu == 0, span, torch.expm1(mu * span) / torch.where(mu == 0, 1.0, mu))
+
+    def spectral(pattern: Tensor) -> Tensor:
+        return basis.to_spectral(pattern.to(dtype))
+
+    mask = unknown_mask(shape, kinds).to(u0.device)
+    steady = torch.zeros((), dtype=dtype)
+    oscillating = []
+    for side, series in sides.items():
+        moving = bool((series.amplitude != 0).any())
+        if not bool((series.value != 0).any()) and not moving:
+            continue
+        pattern = spectral(torch.where(mask, forcing_pattern(side, kinds[side], series, h, shape), 0.0))
+        scale = diffusivity.view_as(nu)
+        steady = steady + pattern * (scale * series.value.view_as(nu) * phi).to(dtype)
+        if moving:
+            oscillating.append((pattern, (scale * series.amplitude.view_as(nu)), series.angular))
+    decay = growth.to(dtype)
+
+    def impose(u: Tensor, t: float) -> Tensor:
+        """`u` (a fresh tensor) with its Dirichlet nodes set, y sides first so that x sides win the corners;
+        in place on purpose."""
+        values = boundary(t)
+        for side in reversed(sides_of(ndim)):
+            if kinds[side] == "dirichlet":
+                axis, high = divmod(SIDES.index(side), 2)
+                dim = axis - ndim
+                u.narrow(dim, shape[axis] - 1 if high else 0, 1).copy_(values[side].unsqueeze(dim))
+        return u
+
+    start = impose(u0.clone(), 0.0)
+    write(0, start)
+    v = basis.to_spectral(start)
+    for k in range(1, steps // save_every + 1):
+        t0, t1 = (k - 1) * save_every * dt, k * save_every * dt
+        v = v * decay + steady
+        for pattern, scale, angular in oscillating:
+            v = v + pattern * (scale * frame_multiplier(mu, growth, angular, t0, t1)).to(dtype)
+        write(k, impose(basis.to_grid(v), t1))
+        if on_frame is not None:
+            on_frame(save_every)
+    if on_frame is not None and steps % save_every:
+        on_frame(steps % save_every)
