@@ -1,0 +1,394 @@
+"""Does pretraining on a mixture of PDE families pay? Fine-tuned against from-scratch test error for 4, 16,
+64 and 256 downstream trajectories, on two cases held out of pretraining (issue 36, item 4).
+
+Pretraining: configs/universal_pretrain.yaml (one FNO, width 32, 16 modes, 4 layers, 137 569 parameters;
+Burgers viscosity 0.005-0.05, heat, Kuramoto-Sivashinsky on a 64-point grid, 21 frames, 2 input frames -> 1)
+trained from the stream by `dynaforge train` for a wall-clock budget (`--pretrain-seconds`, default 900: a
+quarter of the issue's "one CPU core for an hour", scaled to a shared 2-core machine), the trainer on one
+torch thread, the generator in one worker process (`data.stream.workers=1`). The model is told nothing about
+the system, only its two input frames (docs/mixture.md).
+
+Held-out cases (configs/universal_finetune.yaml's data, model and grid):
+- `advection`: a family not in the mixture, linear advection, speed 0.2-1.0;
+- `burgers-viscous`: a parameter range not in the mixture, viscous Burgers with viscosity 0.07-0.2 (log
+  uniform; pretrained on 0.005-0.05), the mixture member's grid, time step and initial states otherwise.
+
+For each case, each seed s (0, 1, 2: the training trajectories are dataset seed s's train split, the
+model's initial weights and data order train seed s) and each n, two runs of the same FNO on the same n
+trajectories for the same number of optimiser steps (`--steps`, default 1000: the epochs that come nearest,
+so that both arms get exactly the same steps): fine-tuned from the pretrained run (`init_from`, as
+`dynaforge train --from`; learning rate `--finetune-lr` 1e-3, the fine-tune preset's) and from scratch
+(`--scratch-lr` 3e-3, the pretraining preset's: this model's rate from random weights), both AdamW, cosine
+schedule with 3% warm-up, batch 32, normalised by the n trajectories' own statistics. The learning rates
+and the step count are fixed before any measurement; nothing is chosen on the test trajectories. The runs
+are driven through the engine's own steps (`epoch_batches`, `micro_step`, `schedule_step`, `count_step`)
+without per-epoch validation or checkpoints (at n = 4 an epoch is 3 steps) and score the final weights.
+
+Score: 32 test trajectories per case (dataset seed 1000's test split, never trained on), the 10-step rollout
+nRMSE from the true frames 0 and 1 (mean over the 10 predicted frames; PDEBench's nRMSE,
+`dynaforge.metrics.fields.nrmse_per_frame`, in physical units) as the headline, the one-step nRMSE (every
+window, true inputs) and the 19-step (whole trajectory) rollout beside it. The pretrained model's zero-shot
+error (no fine-tuning) is recorded too.
+
+Sample-efficiency factor: 256 / n*, n* the number of trajectories at which the fine-tuned curve (mean of the
+seeds) reaches the from-scratch error at 256, found by linear interpolation of log(error) in log(n) between
+the two measured sizes around the first crossing; reported as ">= 64" when the fine-tuned model is already
+below it at n = 4, and as not reached (with the fine-tuned error at 256 over the from-scratch one) when it
+never gets there.
+
+Writes benchmarks/results/universal.json (records: the fine-tuned model as dynaforge, the same model from
+scratch as the baseline, ratio = scratch error / fine-tuned error) and universal.detail.json (every run).
+Run: `flock /tmp/dynaforge-heavy.lock env OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/universal.py
+--pretrain-seconds 900`; `--pretrain-seconds 3600` is the issue's hour. The pretrained run is kept in
+`--work` (default /tmp/dynaforge-universal) and reused by a later run of the same budget.
+
+`--quick` is the smoke run (`make bench-smoke`): a 3 s pretraining on 32 trajectories an epoch, one seed,
+n = 4 and 16, 20 steps, 4 test trajectories; not a figure, written to a temporary folder (smoke.quick_path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from dynaforge.api import generate
+from dynaforge.atomic import atomic_write_json
+from dynaforge.config import Config, load_config
+from dynaforge.metrics.fields import nrmse_per_frame
+from dynaforge.models import ModelInput, autoregressive_rollout
+from dynaforge.models.loading import load_surrogate
+from dynaforge.store import DatasetFolder
+from dynaforge.store.layout import fields_from_disk
+from dynaforge.train.window import window_engine
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import load_note
+from smoke import quick_path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "universal.json"
+PRETRAIN = REPO / "configs" / "universal_pretrain.yaml"
+FINETUNE = REPO / "configs" / "universal_finetune.yaml"
+TEST_SEED = 1000
+"""Dataset seed of every case's test trajectories (the training seeds are 0, 1, 2, ...)."""
+ROLLOUT = 10
+"""Frames of the headline rollout (the fine-tune preset's evaluate.rollout_frames)."""
+CASES = {
+    "advection": "held-out family: linear advection, speed 0.2-1.0",
+    "burgers-viscous": "held-out range: Burgers, viscosity 0.07-0.2 (pretrained on 0.005-0.05)",
+}
+
+
+def case_config(case: str, folder: Path) -> Path:
+    """The config of a held-out case: the fine-tune preset, its system replaced for `burgers-viscous` by the
+    mixture's Burgers member with viscosity 0.07-0.2."""
+    config = yaml.safe_load(FINETUNE.read_text())
+    if case == "burgers-viscous":
+        mixture = yaml.safe_load(PRETRAIN.read_text())["mixture"]
+        burgers = next(m["system"] for m in mixture if m["system"]["name"] == "burgers")
+        config["system"] = {**burgers, "viscosity": {"low": 0.07, "high": 0.2, "log": True}}
+    path = folder / f"{case}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+# ---- pretraining -------------------------------------------------------------------------------------
+
+
+def pretrain(run: Path, seconds: float, overrides: list[str]) -> dict[str, Any]:
+    """`dynaforge train configs/universal_pretrain.yaml` for `seconds` into `run` (reused if it holds a
+    finished run of the same budget); what it did, from its log."""
+    done = run / "checkpoints" / "last.pt"
+    same = (run / "pretrain.json").exists() and json.loads((run / "pretrain.json").read_text()).get(
+        "asked"
+    ) == [seconds, overrides]
+    if not (done.exists() and same):
+        command = [sys.executable, "-m", "dynaforge.cli", "-q", "train", str(PRETRAIN)]
+        command += [f"train.time_budget={seconds}", "data.stream.workers=1", *overrides]
+        started = time.perf_counter()
+        subprocess.run([*command, "--out", str(run), "--no-progress"], check=True, env=child_env())
+        wall = time.perf_counter() - started
+        (run / "pretrain.json").write_text(
+            json.dumps({"asked": [seconds, overrides], "wall_s": wall, "machine": load_note()})
+        )
+    summary = json.loads((run / "pretrain.json").read_text())
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+    steps = max((r.get("step", 0) for r in records), default=0)
+    val = [r["val_loss"] for r in records if "val_loss" in r]
+    return {
+        "budget_s": seconds,
+        "wall_s": summary["wall_s"],
+        "steps": steps,
+        "windows": steps * 32,
+        "last_val_loss": val[-1] if val else None,
+        "machine": summary["machine"],
+        "overrides": overrides,
+    }
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
+
+
+# ---- downstream runs -----------------------------------------------------------------------------------
+
+
+def dataset(config_path: Path, root: Path, seed: int, n_train: int, n_test: int = 0) -> Path:
+    """The dataset folder of `n_train` train trajectories of dataset seed `seed` (nested: the first n of a
+    seed are the same trajectories for every n)."""
+    folder = root / f"{config_path.stem}-seed{seed}-n{n_train}-test{n_test}"
+    overrides = [
+        f"dataset.seed={seed}",
+        f"dataset.n_train={n_train}",
+        "dataset.n_val=1",
+        f"dataset.n_test={n_test}",
+        "dataset.shard_size=256",
+    ]
+    if not (folder / "manifest.json").exists():
+        generate(config_path, folder, overrides=overrides, progress=False)
+    return folder
+
+
+def downstream_config(data: Path, n: int, seed: int, lr: float, steps: int) -> Config:
+    """The case's config for a run on `data` (n trajectories): the epochs nearest `steps` optimiser steps."""
+    config = load_config(data / "config.yaml", [f"train.seed={seed}"])
+    frames = config.system.steps // config.system.save_every + 1
+    windows = n * (frames - config.data.history - config.data.horizon + 1)
+    per_epoch = math.ceil(windows / config.data.batch_size)
+    epochs = max(1, round(steps / per_epoch))
+    return load_config(
+        data / "config.yaml", [f"train.seed={seed}", f"train.lr={lr}", f"train.epochs={epochs}"]
+    )
+
+
+def train_and_score(
+    config: Config, data: Path, test: torch.Tensor, init_from: Path | None, scratch: Path
+) -> dict[str, float]:
+    """Train `config` on `data` (from `init_from`'s weights if given) and score the final weights on `test`."""
+    started = time.perf_counter()
+    engine = window_engine(config, data, scratch / "run", overwrite=True, progress=False, init_from=init_from)
+    try:
+        for epoch in range(config.train.epochs):
+            engine.batches_done = 0
+            for batch in engine.epoch_batches(epoch):
+                engine.micro_step(batch)
+                engine.schedule_step()
+                engine.count_step()
+    finally:
+        engine.task.close()
+    seconds = time.perf_counter() - started
+    return {**score(engine.model, engine.task.normalizer, test), "steps": engine.step, "train_s": seconds}
+
+
+def score(model: torch.nn.Module, normalizer: Any, test: torch.Tensor) -> dict[str, float]:
+    """One-step, 10-step and whole-trajectory rollout nRMSE on `test` (N, T, C, X), physical units."""
+    model.eval()
+    inputs = normalizer.physical_to_normalized(test, 1)
+    frames = test.shape[1]
+    with torch.inference_mode():
+        starts = range(frames - 2)
+        windows = torch.stack([inputs[:, s : s + 2] for s in starts], 1).flatten(0, 1)
+        one = autoregressive_rollout(model, ModelInput(frames=windows), 1)
+        truth_one = torch.stack([test[:, s + 2 : s + 3] for s in starts], 1).flatten(0, 1)
+        one_step = nrmse_per_frame(normalizer.normalized_to_physical(one, 1), truth_one).mean()
+        rolled = normalizer.normalized_to_physical(
+            autoregressive_rollout(model, ModelInput(frames=inputs[:, :2]), frames - 2), 1
+        )
+        per_frame = nrmse_per_frame(rolled, test[:, 2:])
+    return {
+        "one_step": float(one_step),
+        f"rollout{ROLLOUT}": float(per_frame[:ROLLOUT].mean()),
+        f"rollout{frames - 2}": float(per_frame.mean()),
+    }
+
+
+def zero_shot(run: Path, test: torch.Tensor) -> dict[str, float]:
+    """The pretrained model on a case's test trajectories as it is: its own (the mixture's) normalisation,
+    no fine-tuning."""
+    loaded = load_surrogate(run)
+    return score(loaded.model, loaded.normalizer, test)
+
+
+def test_fields(config_path: Path, root: Path, n_test: int) -> torch.Tensor:
+    """A case's test trajectories (N, T, C, X), physical units."""
+    folder = dataset(config_path, root, TEST_SEED, 1, n_test)
+    return fields_from_disk(DatasetFolder(folder).read_split("test").fields)
+
+
+def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Pretraining, then every case's runs (see the module docstring)."""
+    run = work / f"pretrain-{args.pretrain_seconds:g}s"
+    overrides = QUICK_PRETRAIN if args.quick else []
+    print(f"pretraining for {args.pretrain_seconds:g} s into {run}", flush=True)
+    detail: dict[str, Any] = {"pretrain": pretrain(run, args.pretrain_seconds, overrides), "cases": {}}
+    print(json.dumps(detail["pretrain"]), flush=True)
+    sizes = [int(n) for n in args.sizes.split(",")]
+    for case in args.cases.split(","):
+        config_path = case_config(case, work)
+        test = test_fields(config_path, work / "data", args.test)
+        runs = []
+        for seed in range(args.seeds):
+            for n in sizes:
+                data = dataset(config_path, work / "data", seed, n)
+                for arm, lr, init in (
+                    ("finetune", args.finetune_lr, run),
+                    ("scratch", args.scratch_lr, None),
+                ):
+                    config = downstream_config(data, n, seed, lr, args.steps)
+                    with tempfile.TemporaryDirectory() as scratch:
+                        result = train_and_score(config, data, test, init, Path(scratch))
+                    runs.append({"arm": arm, "n": n, "seed": seed, "lr": lr, **result})
+                    print(json.dumps({"case": case, **runs[-1]}), flush=True)
+        detail["cases"][case] = {
+            "description": CASES[case],
+            "zero_shot": zero_shot(run, test),
+            "test_trajectories": int(test.shape[0]),
+            "runs": runs,
+        }
+    detail["machine"] = load_note()
+    detail["settings"] = {
+        "steps": args.steps,
+        "finetune_lr": args.finetune_lr,
+        "scratch_lr": args.scratch_lr,
+        "sizes": sizes,
+        "seeds": args.seeds,
+    }
+    return detail
+
+
+# ---- the figures ---------------------------------------------------------------------------------------
+
+
+def curve(runs: list[dict], arm: str, key: str) -> dict[int, float]:
+    """Mean over seeds of `key` per n, for one arm."""
+    sizes = sorted({r["n"] for r in runs})
+    return {n: statistics.fmean(r[key] for r in runs if r["arm"] == arm and r["n"] == n) for n in sizes}
+
+
+def trajectories_to_reach(errors: dict[int, float], target: float) -> float | None:
+    """The n at which the curve `errors` (per n, increasing n) first reaches `target`: log(error) linear in
+    log(n) between the measured sizes around the crossing; 0 when the smallest n is already there (below the
+    measured range), None when no n reaches it."""
+    sizes = sorted(errors)
+    if errors[sizes[0]] <= target:
+        return 0.0
+    for low, high in itertools.pairwise(sizes):
+        if errors[high] <= target:
+            e_low, e_high = math.log(errors[low]), math.log(errors[high])
+            share = (e_low - math.log(target)) / (e_low - e_high)
+            return math.exp(math.log(low) + share * (math.log(high) - math.log(low)))
+    return None
+
+
+def records_of(detail: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """The benchmark records: per case, fine-tuned against scratch at each n, and the sample-efficiency
+    factor."""
+    pre = detail["pretrain"]
+    common = (
+        f"pretrained {pre['wall_s']:.0f} s wall ({pre['budget_s']:g} s budget, {pre['steps']} steps of 32 "
+        f"windows, 1 torch thread + 1 generator process); {detail['settings']['steps']} steps per downstream "
+        f"run (fine-tune lr {detail['settings']['finetune_lr']:g}, scratch lr "
+        f"{detail['settings']['scratch_lr']:g}), {detail['settings']['seeds']} seeds; {detail['machine']}"
+    )
+    label = "10-step rollout nRMSE" if key == f"rollout{ROLLOUT}" else key
+    records = []
+    for found in detail["cases"].values():
+        runs = found["runs"]
+        tuned, scratch = curve(runs, "finetune", key), curve(runs, "scratch", key)
+        sizes = sorted(tuned)
+        for n in sizes:
+            seeds = "; ".join(
+                f"{arm} seeds " + ", ".join(f"{r[key]:.4f}" for r in runs if r["arm"] == arm and r["n"] == n)
+                for arm in ("finetune", "scratch")
+            )
+            records.append(
+                {
+                    "case": f"universal FNO, {found['description']}: {n} downstream trajectories",
+                    "baseline": "the same FNO from scratch on the same trajectories, same steps",
+                    "metric": f"test {label} (lower is better), mean of seeds",
+                    "dynaforge": tuned[n],
+                    "baseline_value": scratch[n],
+                    "ratio": scratch[n] / tuned[n],
+                    "notes": f"{seeds}; zero-shot (no fine-tuning) {found['zero_shot'][key]:.4f}; {common}",
+                }
+            )
+        largest = sizes[-1]
+        reach = trajectories_to_reach(tuned, scratch[largest])
+        if reach is None:
+            factor, how = largest / largest * scratch[largest] / tuned[largest], "not reached"
+            text = (
+                f"the fine-tuned model does not reach the from-scratch error at {largest} within {largest} "
+                f"trajectories (fine-tuned/scratch at {largest}: {tuned[largest] / scratch[largest]:.2f}); the "
+                "value is scratch/fine-tuned error at that n, not a factor"
+            )
+        elif reach == 0.0:
+            factor, how = largest / sizes[0], "lower bound"
+            text = f"already below at n = {sizes[0]}: the factor is at least {largest / sizes[0]:g}"
+        else:
+            factor, how = largest / reach, "interpolated"
+            text = f"reached at n = {reach:.1f} (log error linear in log n between the measured sizes)"
+        records.append(
+            {
+                "case": f"universal FNO, {found['description']}: sample-efficiency factor",
+                "baseline": f"the same FNO from scratch on {largest} trajectories",
+                "metric": f"{largest} / trajectories the fine-tuned model needs to reach the from-scratch "
+                f"{label} at {largest} (higher is better; goal >= 5)",
+                "dynaforge": factor,
+                "baseline_value": 1.0,
+                "ratio": factor,
+                "notes": f"{how}: {text}; fine-tuned {tuned}, scratch {scratch}; {common}",
+            }
+        )
+    return records
+
+
+QUICK_PRETRAIN = ["dataset.n_train=32", "dataset.n_val=8", "data.stream.buffer=16", "train.log_every=5"]
+"""The smoke run's pretraining: 32 trajectories an epoch."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, to a temporary folder")
+    parser.add_argument("--pretrain-seconds", type=float, default=900.0, help="pretraining wall-clock budget")
+    parser.add_argument("--sizes", default="4,16,64,256", help="downstream trajectories, comma-separated")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per size and arm")
+    parser.add_argument("--steps", type=int, default=1000, help="optimiser steps of every downstream run")
+    parser.add_argument("--finetune-lr", type=float, default=1e-3)
+    parser.add_argument("--scratch-lr", type=float, default=3e-3)
+    parser.add_argument("--test", type=int, default=32, help="test trajectories per case")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    parser.add_argument("--work", default="/tmp/dynaforge-universal", help="pretrained run and datasets")
+    args = parser.parse_args()
+    if args.quick:
+        args.pretrain_seconds, args.sizes, args.seeds, args.steps, args.test = 3.0, "4,16", 1, 20, 4
+    torch.set_num_threads(1)
+    results = quick_path(RESULTS) if args.quick else RESULTS
+    with tempfile.TemporaryDirectory() as quick_work:
+        work = Path(quick_work if args.quick else args.work)
+        work.mkdir(parents=True, exist_ok=True)
+        detail = measure(args, work)
+    atomic_write_json(results.with_name("universal.detail.json"), detail)
+    records = records_of(detail, f"rollout{ROLLOUT}") + records_of(detail, "one_step")
+    atomic_write_json(results, records)
+    for record in records:
+        print(
+            f"{record['case']}: {record['metric']}: {record['dynaforge']:.4g} vs {record['baseline_value']:.4g}"
+        )
+    print(f"wrote {results} and {results.with_name('universal.detail.json').name}")
+
+
+if __name__ == "__main__":
+    main()
