@@ -272,6 +272,20 @@ def test_the_stream_yields_the_stored_windows_and_holds_a_bounded_buffer(tiny_da
         sources.close()
 
 
+def test_a_time_budget_stream_draws_past_train_epochs_within_its_length(tiny_data: Path) -> None:
+    # A time-budget run plans its own epoch count, beyond train.epochs: its stream must not end there
+    # (the mixture pretraining of benchmarks/universal.py failed in epoch 11 of a 10-epoch config).
+    overrides = ["data.source=stream", "data.stream.buffer=4", "data.stream.reuse=2", "dataset.batch_size=2"]
+    for budget, last_epoch, fits in ((None, 1, True), (None, 2, False), (60.0, 1000, True)):
+        config = load_config(TINY, [*overrides, "train.epochs=2", f"train.time_budget={budget or 'null'}"])
+        sources = window_sources(config, tiny_data, torch.device("cpu"), seed=0, epochs=2)
+        try:
+            sources.order.start(last_epoch)
+            assert (max(sources.order) < len(sources.train)) == fits, (budget, last_epoch)
+        finally:
+            sources.close()
+
+
 def test_a_buffer_that_reuse_does_not_divide_is_refused() -> None:
     with pytest.raises(
         ConfigError, match=r"data\.stream\.buffer=6 is not a multiple of data\.stream\.reuse=4"

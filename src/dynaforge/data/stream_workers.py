@@ -145,12 +145,20 @@ class WorkerStreamedTrajectories(StreamedTrajectories):
         self.tasks = self.results = None
 
 
+OPEN_ENDED_EPOCHS = 1 << 20
+"""Epochs a time-budget run's stream is sized for (its length is a bound, nothing is made in advance)."""
+
+
 def streamed_windows(
     config: Config, normalizer: Normalizer, seed: int, epochs: int, rank: int, world_size: int
 ) -> tuple[WindowDataset, StreamedTrajectories, EpochOrder]:
     """The stream's windows and order for rank `rank` of `world_size`: an epoch generates about
     `dataset.n_train` new samples across the ranks, in a thread or in `data.stream.workers` processes."""
     data, stream = config.data, config.data.stream
+    if config.train.time_budget is not None:
+        # A time-budget run plans its epochs after this (`train.budget`), often more than `train.epochs`:
+        # its stream is open-ended (the length only bounds the window indices an epoch may draw).
+        epochs = OPEN_ENDED_EPOCHS
     targets = data.horizon * config.train.rollout_steps
     replaced = stream.buffer // stream.reuse
     rounds = Rounds(stream.reuse, max(1, math.ceil(config.dataset.n_train / (world_size * replaced))))
