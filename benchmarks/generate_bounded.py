@@ -66,6 +66,9 @@ EQUAL_ERROR = 1.25
 FRAMES = 10
 """Frames the exact stepper stores between t = 0 and the final time (a dataset stores frames; py-pde only
 reaches the final one), each an inverse transform."""
+EXACT_DTYPES = ("float64", "float32")
+"""Exact stepping is timed in both (py-pde runs in float64; its error at these grids, ~1e-4, is far above
+float32's rounding, so the two dynaforge errors agree to their first digits)."""
 REPEATS = 5
 """dynaforge's batch is timed this many times, the best kept (milliseconds each with exact stepping)."""
 
@@ -113,7 +116,7 @@ def steps_for(t_end: float, bound: float) -> int:
     return math.ceil(t_end / (STEP_FRACTION * bound))
 
 
-def dynaforge_system(case: dict, exact: bool = False) -> HeatBounded:
+def dynaforge_system(case: dict, exact: bool = False, dtype: str = "float64") -> HeatBounded:
     """SSP-RK3 at STEP_FRACTION of its bound, or exact stepping with FRAMES frames to the final time."""
     h = 1.0 / (case["n"] - 1)
     bound = STABILITY_EXTENT[3][0] / (4 * NU * case["ndim"] / h**2)  # SSP-RK3 along the negative real axis
@@ -126,7 +129,7 @@ def dynaforge_system(case: dict, exact: bool = False) -> HeatBounded:
         save_every=1 if exact else steps,
         diffusivity=Range(NU, NU),
         boundary=boundary(case["ndim"]),
-        dtype="float64",
+        dtype=dtype,
         time_stepping="exact" if exact else "runge_kutta",
     )
     return HeatBounded(config)
@@ -152,9 +155,9 @@ def time_dynaforge(system: HeatBounded, case: dict, samples: int) -> tuple[float
 def transform_floor(system: HeatBounded, samples: int) -> float:
     """Seconds of the bare transforms of an exact rollout of `samples` samples: one analysis and FRAMES
     syntheses (a matrix product per axis each), in blocks of the system's size (best of REPEATS)."""
-    basis = Basis(system.shape, system.kinds, torch.float64, torch.device("cpu"))
+    basis = Basis(system.shape, system.kinds, system.real_dtype, torch.device("cpu"))
     block = system.block_samples(torch.device("cpu"))
-    field = torch.randn((block, 1, *system.shape), dtype=torch.float64)
+    field = torch.randn((block, 1, *system.shape), dtype=system.real_dtype)
     coefficients = basis.to_spectral(field)
     best = math.inf
     for _ in range(REPEATS):
@@ -228,8 +231,24 @@ def equality(ratio: float) -> str:
     return f"not equal within {EQUAL_ERROR}x: py-pde is the more accurate"
 
 
+def record(run: dict, baseline: str, metric: str, ours: float, theirs: float, notes: str) -> dict:
+    """One standard record of a heat case: samples per second to the final time on both sides (`ours`,
+    `theirs`), written as sample-steps/s in py-pde's steps where the metric says so."""
+    scale = run["pypde_steps"] if metric.startswith("sample-steps") else 1
+    return {
+        "case": run["case"],
+        "baseline": baseline,
+        "metric": metric,
+        "dynaforge": ours * scale,
+        "baseline_value": theirs * scale,
+        "ratio": ours / theirs,
+        "notes": f"ratio > 1: dynaforge faster; {notes}",
+    }
+
+
 def records(run: dict) -> list[dict]:
-    """The standard records of one measured case (a `run_case` result)."""
+    """The standard records of one measured case (a `run_case` result): exact stepping in each of
+    EXACT_DTYPES against py-pde's steps alone, the fastest of them against py-pde's solves, SSP-RK3."""
     pypde = f"py-pde {run['pypde']} explicit Euler (numba)"
     steps = run["pypde_steps"]
     overhead = steps / run["pypde_sample_steps_per_s"] - steps / run["pypde_steps_only_sample_steps_per_s"]
@@ -238,65 +257,73 @@ def records(run: dict) -> list[dict]:
         f"({steps} steps of {run['pypde_dt']:.3g}, explicit Euler, 1 Laplacian a step, cell-centred, at "
         f"{STEP_FRACTION} of its stability bound)"
     )
-    exact = (
-        f"dynaforge {run['error_exact']:.3g} (exact time stepping, {FRAMES} frames stored to the final time, "
-        f"float64, nodes with both ends, batches of {run['exact_samples']}); error ratio py-pde / dynaforge "
-        f"{run['error_ratio_exact']:.3g} ({equality(run['error_ratio_exact'])}); transform floor (the bare "
-        f"matrix products of its transforms) {run['floor_samples_per_s']:.4g} samples/s, dynaforge at "
-        f"{run['exact_samples_per_s'] / run['floor_samples_per_s']:.2f} of it"
+    where = (
+        f"py-pde recompiles its stepper at every solve ({overhead:.2f} s per solve beyond its steps); "
+        f"{run['threads']} thread, torch {run['torch']}, {run['machine']}; {run['load']}"
+    )
+    metric = f"sample-steps/s at equal error (py-pde's {steps} steps to t = {run['t_end']} per sample)"
+    alone = f"{pypde}, its steps alone (per-solve compilation excluded)"
+
+    def exact_notes(dtype: str) -> str:
+        side = run["exact"][dtype]
+        return (
+            f"dynaforge stepping exactly in time, {dtype}; {run['boundary']}; {errors}; dynaforge "
+            f"{side['error']:.3g} (exact time stepping, {FRAMES} frames stored to the final time, {dtype}, nodes "
+            f"with both ends, batches of {run['exact_samples']}); error ratio py-pde / dynaforge "
+            f"{side['error_ratio']:.3g} ({equality(side['error_ratio'])}); transform floor (the bare matrix "
+            f"products of its transforms, {dtype}) {side['floor_samples_per_s']:.4g} samples/s, dynaforge at "
+            f"{side['samples_per_s'] / side['floor_samples_per_s']:.2f} of it; {where}"
+        )
+
+    result = [
+        record(run, alone, metric, side["samples_per_s"], run["pypde_samples_per_s"], exact_notes(dtype))
+        for dtype, side in run["exact"].items()
+    ]
+    fastest = max(run["exact"], key=lambda dtype: run["exact"][dtype]["samples_per_s"])
+    result.append(
+        record(
+            run,
+            f"{pypde}, one solve per sample (each solve compiles its stepper again)",
+            metric,
+            run["exact"][fastest]["samples_per_s"],
+            run["pypde_solve_samples_per_s"],
+            f"py-pde's per-solve compile time counted; {exact_notes(fastest)}",
+        )
     )
     rk = (
         f"dynaforge {run['error_rk']:.3g} (SSP-RK3, {run['rk_steps']} steps of {run['rk_dt']:.3g} at "
         f"{STEP_FRACTION} of its bound, 3 Laplacians a step, float64, a batch of {run['rk_samples']}); error "
         f"ratio py-pde / dynaforge {run['error_ratio_rk']:.3g} ({equality(run['error_ratio_rk'])})"
     )
-    where = (
-        f"py-pde recompiles its stepper at every solve ({overhead:.2f} s per solve beyond its steps); "
-        f"{run['threads']} thread, torch {run['torch']}, {run['machine']}; {run['load']}"
+    result.append(
+        record(
+            run,
+            alone,
+            f"samples to t = {run['t_end']} per s, at the errors in the notes",
+            run["rk_samples_per_s"],
+            run["pypde_samples_per_s"],
+            f"dynaforge with SSP-RK3 (`time_stepping: runge_kutta`, the default); {run['boundary']}; {errors}; "
+            f"{rk}; {where}",
+        )
     )
-    metric = f"sample-steps/s at equal error (py-pde's {steps} steps to t = {run['t_end']} per sample)"
-    to_time = f"samples to t = {run['t_end']} per s, at the errors in the notes"
-    return [
-        {
-            "case": run["case"],
-            "baseline": f"{pypde}, its steps alone (per-solve compilation excluded)",
-            "metric": metric,
-            "dynaforge": run["exact_samples_per_s"] * steps,
-            "baseline_value": run["pypde_samples_per_s"] * steps,
-            "ratio": run["exact_samples_per_s"] / run["pypde_samples_per_s"],
-            "notes": f"ratio > 1: dynaforge faster; dynaforge stepping exactly in time; {run['boundary']}; "
-            f"{errors}; {exact}; {where}",
-        },
-        {
-            "case": run["case"],
-            "baseline": f"{pypde}, one solve per sample (each solve compiles its stepper again)",
-            "metric": metric,
-            "dynaforge": run["exact_samples_per_s"] * steps,
-            "baseline_value": run["pypde_solve_samples_per_s"] * steps,
-            "ratio": run["exact_samples_per_s"] / run["pypde_solve_samples_per_s"],
-            "notes": f"ratio > 1: dynaforge faster; py-pde's per-solve compile time counted; {run['boundary']}; "
-            f"{errors}; {exact}; {where}",
-        },
-        {
-            "case": run["case"],
-            "baseline": f"{pypde}, its steps alone (per-solve compilation excluded)",
-            "metric": to_time,
-            "dynaforge": run["rk_samples_per_s"],
-            "baseline_value": run["pypde_samples_per_s"],
-            "ratio": run["rk_samples_per_s"] / run["pypde_samples_per_s"],
-            "notes": f"ratio > 1: dynaforge faster; dynaforge with SSP-RK3 (`time_stepping: runge_kutta`, the "
-            f"default); {run['boundary']}; {errors}; {rk}; {where}",
-        },
-    ]
+    return result
 
 
 def run_case(case: dict) -> dict:
-    exact_system = dynaforge_system(case, exact=True)
-    exact_seconds, exact_error = time_dynaforge(exact_system, case, case["exact_samples"])
-    floor = transform_floor(exact_system, case["exact_samples"])
+    exact = {}
+    peer = time_pypde(case)
+    for dtype in EXACT_DTYPES:
+        system = dynaforge_system(case, exact=True, dtype=dtype)
+        seconds, error = time_dynaforge(system, case, case["exact_samples"])
+        exact[dtype] = {
+            "seconds": seconds,
+            "samples_per_s": case["exact_samples"] / seconds,
+            "floor_samples_per_s": case["exact_samples"] / transform_floor(system, case["exact_samples"]),
+            "error": error,
+            "error_ratio": peer["error"] / error,
+        }
     rk_system = dynaforge_system(case)
     rk_seconds, rk_error = time_dynaforge(rk_system, case, case["samples"])
-    peer = time_pypde(case)
     return {
         "case": f"heat {case['ndim']}D, {case['n']} points per axis, nu={NU}, t = 0 to {case['t_end']}",
         "boundary": "u = 1 left, du/dn = 0.5 right"
@@ -305,10 +332,7 @@ def run_case(case: dict) -> dict:
         "t_end": case["t_end"],
         "frames": FRAMES,
         "exact_samples": case["exact_samples"],
-        "exact_seconds": exact_seconds,
-        "exact_samples_per_s": case["exact_samples"] / exact_seconds,
-        "floor_samples_per_s": case["exact_samples"] / floor,
-        "error_exact": exact_error,
+        "exact": exact,
         "rk_samples": case["samples"],
         "rk_steps": rk_system.config.steps,
         "rk_dt": rk_system.config.dt,
@@ -321,7 +345,6 @@ def run_case(case: dict) -> dict:
         "pypde_steps_only_sample_steps_per_s": peer["steps_only_sample_steps_per_s"],
         "pypde_samples_per_s": peer["steps_only_sample_steps_per_s"] / peer["steps"],
         "error_pypde": peer["error"],
-        "error_ratio_exact": peer["error"] / exact_error,
         "error_ratio_rk": peer["error"] / rk_error,
         "threads": 1,
         "machine": machine_name(),

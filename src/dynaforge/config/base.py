@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from collections.abc import Mapping
@@ -203,4 +204,12 @@ class InitialConfig:
 
 def is_range_field(cls: type, name: str) -> bool:
     """Whether field `name` of dataclass `cls` is a `Range` (drawn per sample)."""
-    return typing.get_type_hints(cls)[name] is Range
+    return type_hints(cls)[name] is Range
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """`typing.get_type_hints(cls)`, resolved once per class: it evaluates every annotation's string, 0.66 ms
+    for `HeatBoundedConfig` against 0.002 ms cached (AMD EPYC, timeit), and a bounded rollout asks for the
+    parameter names about three times per block of samples."""
+    return typing.get_type_hints(cls)

@@ -9,7 +9,9 @@ runs the bytes it checked. No message advises writing over the file it names. It
 `--samples` beyond what the data holds rather than take fewer. It reads the dataset folder directly (docs/format.md: the manifest's complete shards of a split, `fields` channels last),
 normalises with the statistics stored in the model file, calls the model on its own predictions, and
 scores the physical predictions against the stored trajectories with PDEBench's nRMSE per predicted frame
-(the `rollout_nrmse` of `dynaforge evaluate`).
+(the `rollout_nrmse` of `dynaforge evaluate`); where the data has an obstacle mask (a channel named
+`obstacle`), over the fluid cells and the other channels, as `dynaforge evaluate` scores it
+(`metrics.fields.fluid_fields`).
 """
 
 from __future__ import annotations
@@ -30,10 +32,14 @@ from dynaforge.store.format import READABLE_VERSIONS, file_sha256
 EPS = 1e-12
 """Floor of a true frame's norm in the nRMSE denominator (as in dynaforge.metrics.fields)."""
 
+OBSTACLE = "obstacle"
+"""The channel name of an obstacle mask (as `dynaforge evaluate` reads it)."""
+
 
 class OnnxRollout(NamedTuple):
     nrmse: list[float]
-    """PDEBench nRMSE of each predicted frame, averaged over trajectories and channels."""
+    """PDEBench nRMSE of each predicted frame, averaged over trajectories and channels (the fluid cells and
+    channels where the data has an `obstacle` channel)."""
     predicted: np.ndarray
     """Physical predictions (N, frames, C, *space)."""
     truth: np.ndarray
@@ -55,7 +61,7 @@ def rollout_onnx(
     session, meta = open_checked_model(Path(model))
     shape, stride = meta["model_shape"], int(meta.get("stride", 1))
     history, horizon = int(shape["history"]), int(shape["horizon"])
-    stored = read_split(Path(data), split, samples)  # (N, T, C, *space)
+    stored, names = read_split(Path(data), split, samples)  # (N, T, C, *space)
     trajectories = stored[:, ::stride]
     check_grid(trajectories, meta, data)
     available = trajectories.shape[1] - history
@@ -78,7 +84,8 @@ def rollout_onnx(
         window = np.concatenate([window, step], axis=1)[:, -history:]
     physical = np.concatenate(predicted, axis=1)[:, :frames] * std + mean
     truth = trajectories[:, history : history + frames]
-    return OnnxRollout(nrmse_per_frame(physical, truth), physical, truth, trajectories.shape[0])
+    obstacle = names.index(OBSTACLE) if OBSTACLE in names else None
+    return OnnxRollout(nrmse_per_frame(physical, truth, obstacle), physical, truth, trajectories.shape[0])
 
 
 def check_counts(frames: int | None, samples: int | None) -> None:
@@ -191,8 +198,9 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(error).__name__
 
 
-def read_split(root: Path, split: str, samples: int | None) -> np.ndarray:
-    """Every complete shard of `split`, in order: fields (N, T, C, *space) float32, channels first."""
+def read_split(root: Path, split: str, samples: int | None) -> tuple[np.ndarray, list[str]]:
+    """Every complete shard of `split`, in order: fields (N, T, C, *space) float32, channels first, and the
+    channel names (the first shard's `channel_names`; `u`, `u0`, ... where it has none)."""
     manifest_path = root / "manifest.json"
     if not manifest_path.exists():
         raise RunError(
@@ -211,11 +219,13 @@ def read_split(root: Path, split: str, samples: int | None) -> np.ndarray:
     if not shards:
         raise RunError(f"{root} has no {split} samples")
     parts = []
+    names: list[str] = []
     count = 0
     for shard in shards:
         check_shard(root, shard)
         with h5py.File(root / shard["file"], "r") as handle:
             parts.append(np.asarray(handle["fields"][: None if samples is None else samples - count]))
+            names = names or [str(n) for n in handle.attrs.get("channel_names", [])]
         count += parts[-1].shape[0]
         if samples is not None and count >= samples:
             break
@@ -225,7 +235,7 @@ def read_split(root: Path, split: str, samples: int | None) -> np.ndarray:
             f"trajectories; pass --samples {count} or fewer"
         )
     fields = np.concatenate(parts).astype(np.float32)  # (N, T, *space, C)
-    return np.ascontiguousarray(np.moveaxis(fields, -1, 2))
+    return np.ascontiguousarray(np.moveaxis(fields, -1, 2)), names
 
 
 def check_shard(root: Path, record: dict[str, Any]) -> None:
@@ -256,11 +266,18 @@ def normalisation(meta: dict[str, Any], spatial_dims: int) -> tuple[np.ndarray, 
     return mean.astype(np.float32), std.astype(np.float32)
 
 
-def nrmse_per_frame(prediction: np.ndarray, truth: np.ndarray) -> list[float]:
+def nrmse_per_frame(prediction: np.ndarray, truth: np.ndarray, obstacle: int | None = None) -> list[float]:
     """PDEBench nRMSE per frame: ||error||_2 / ||truth||_2 over the grid, per sample, frame and channel,
-    averaged over samples and channels."""
+    averaged over samples and channels. With an `obstacle` channel (1 inside the obstacle): that channel
+    left out and both fields zero where the true frame's mask is >= 1/2, so the norms run over the fluid
+    cells alone (`metrics.fields.fluid_fields`)."""
+    prediction, truth = prediction.astype(np.float64), truth.astype(np.float64)
+    if obstacle is not None:
+        fluid = truth[:, :, obstacle : obstacle + 1] < 0.5
+        kept = [c for c in range(truth.shape[2]) if c != obstacle]
+        prediction, truth = (np.where(fluid, fields[:, :, kept], 0.0) for fields in (prediction, truth))
     points = (*truth.shape[:3], -1)
-    error = (prediction.astype(np.float64) - truth.astype(np.float64)).reshape(points)
-    norm = np.linalg.norm(truth.astype(np.float64).reshape(points), axis=-1)
+    error = (prediction - truth).reshape(points)
+    norm = np.linalg.norm(truth.reshape(points), axis=-1)
     ratio = np.linalg.norm(error, axis=-1) / np.maximum(norm, EPS)
     return [float(v) for v in ratio.mean(axis=(0, 2))]
