@@ -23,6 +23,7 @@ solution is advanced from frame to frame in one step with no time error (`docs/b
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -122,6 +123,15 @@ class Basis:
         return -4.0 * total.unsqueeze(0).unsqueeze(0) / h.view(-1, 1, *([1] * self.ndim)).square()
 
 
+@functools.lru_cache(maxsize=16)
+def cached_basis(
+    shape: tuple[int, ...], kinds: tuple[tuple[str, str], ...], dtype: torch.dtype, device: torch.device
+) -> Basis:
+    """The `Basis` of a grid, built once per grid, sides' kinds, dtype and device (a rollout runs block after
+    block on one grid; the build inverts a matrix per axis in numpy). Its tensors are never written to."""
+    return Basis(shape, dict(kinds), dtype, device)
+
+
 def forcing_pattern(side: str, kind: str, series: SideSeries, h: Tensor, shape: Sequence[int]) -> Tensor:
     """Where a unit c(t) of `side` enters the Laplacian: profile / h^2 on the nodes next to a Dirichlet
     side, 2 profile / h on a Neumann side's nodes (the ghost mirror), (batch, 1, *shape), float64."""
@@ -168,7 +178,7 @@ def exact_heat(
     shape = tuple(u0.shape[2:])
     ndim = len(shape)
     dtype = u0.dtype
-    basis = Basis(shape, kinds, dtype, u0.device)
+    basis = cached_basis(shape, tuple(sorted(kinds.items())), dtype, u0.device)
     h = lengths / (shape[0] - 1)
     nu = diffusivity.view(-1, 1, *([1] * ndim))
     mu = nu * basis.laplacian_eigenvalues(h)  # (batch, 1, *spectral)
