@@ -88,7 +88,7 @@ SIZES = {
 }
 
 
-def config_of(size: Sizes) -> Config:
+def config_of(size: Sizes, seed: int = 0) -> Config:
     frames = size.burn_in + 2 + size.rollout  # the input frames, then one stored frame per rollout step
     preset = yaml.safe_load((ROOT / "configs" / "ks_long_rollouts.yaml").read_text())
     preset["model"] = {"name": "latent"}  # the preset's FNO section gives way to the stack's operator
@@ -99,6 +99,8 @@ def config_of(size: Sizes) -> Config:
             "system.dt=0.05",
             "system.save_every=10",
             f"system.steps={(frames - 1) * 10}",
+            f"dataset.seed={seed}",
+            f"train.seed={seed}",
             f"dataset.n_train={size.n_train}",
             f"dataset.n_val={size.n_val}",
             f"dataset.n_test={size.n_test}",
@@ -212,9 +214,9 @@ def record(
     }
 
 
-def run(work: Path, quick: bool) -> list[dict[str, Any]]:
+def run(work: Path, quick: bool, seed: int = 0) -> list[dict[str, Any]]:
     size = SIZES["quick" if quick else "full"]
-    config = config_of(size)
+    config = config_of(size, seed)
     data, stack_root = work / "data", work / "stack"
     started = time.perf_counter()
     generate(config, data, progress=False)
@@ -248,7 +250,7 @@ def run(work: Path, quick: bool) -> list[dict[str, Any]]:
     steps = f"{size.first}-{size.rollout}"
     seconds = {name: round(status[name]["seconds"], 1) for name in STAGES}
     context = (
-        f"KS, L ~ U(57.6, 70.4), 128 points, frame 0.5; {size.n_train}/{size.n_val}/{size.n_test} "
+        f"seed {seed} (data and training); KS, L ~ U(57.6, 70.4), 128 points, frame 0.5; {size.n_train}/{size.n_val}/{size.n_test} "
         f"trajectories; rollout steps {size.first}-{size.rollout} from t = {size.burn_in * 0.5:g}; prior "
         f"{size.samples} draws x {stack.prior_steps} Euler steps per test trajectory, trained "
         f"{size.prior_epochs} epochs; stage seconds {seconds}, generation {generation:.0f} s, scoring "
@@ -294,10 +296,16 @@ def main() -> None:
     )
     parser.add_argument("--work", default=None, help="work folder (default: a temporary one)")
     parser.add_argument("--out", default=None, help="results JSON (default results/steady_prior.json)")
+    parser.add_argument(
+        "--seeds", type=int, default=1, help="data and training seeds 0 .. SEEDS-1, one run each (default 1)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    results = []
     with tempfile.TemporaryDirectory() as scratch:
-        results = run(Path(args.work) if args.work else Path(scratch), args.quick)
+        work = Path(args.work) if args.work else Path(scratch)
+        for seed in range(args.seeds):
+            results += run(work / f"seed{seed}" if seed else work, args.quick, seed)
     out = args.out or (quick_path(RESULTS) if args.quick else RESULTS)
     atomic_write_json(out, results)
     print(json.dumps(results, indent=1))
