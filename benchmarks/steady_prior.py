@@ -9,7 +9,8 @@ from the trained stack. Three answers are compared against the truth, for each t
   transient, the mean spectrum of rollout steps 200-400 (well past the correlation time: the rollout no
   longer follows the truth, only its statistics can be right); `operator`: the operator alone, the same;
 - `baseline`: the mean-spectrum baseline: the training split's mean spectrum over the same frames (one
-  spectrum for every test trajectory: it ignores the parameters).
+  spectrum for every test trajectory: it ignores the parameters); `neighbours`: a parameter-aware baseline
+  with nothing learned, the mean spectrum of the NEIGHBOURS training trajectories nearest in L.
 The truth: each test trajectory's own mean spectrum over the same frames (steps 200-400 of the rollout).
 The score: `dynaforge.metrics.spectra.spectrum_distance`, the mean |log10 E_est(k) - log10 E_true(k)| over
 energetic shells k >= 1 (shells in cycles per domain, so the spectrum's peak moves with L), per test
@@ -62,6 +63,8 @@ from smoke import quick_path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "steady_prior.json"
 STAGES = ("operator", "diffusion_residual", "steady_prior")
+NEIGHBOURS = 4
+"""Training trajectories (nearest in parameters) the parameter-aware baseline averages."""
 
 
 class Sizes(NamedTuple):
@@ -195,6 +198,17 @@ def prior_spectra(stack: LatentStack, params: torch.Tensor, like: torch.Tensor, 
     return torch.stack(rows)
 
 
+def nearest_spectra(
+    train_spectra: torch.Tensor, train_params: torch.Tensor, params: torch.Tensor
+) -> torch.Tensor:
+    """(N, shells): for each test trajectory, the mean spectrum of the NEIGHBOURS training trajectories
+    nearest in (normalised) parameters: a parameter-aware baseline with nothing learned."""
+    scale = train_params.std(dim=0).clamp_min(1e-12)
+    distance = torch.cdist(params.double() / scale, train_params.double() / scale)
+    nearest = distance.topk(min(NEIGHBOURS, train_params.shape[0]), dim=1, largest=False).indices
+    return train_spectra[nearest].mean(dim=1)
+
+
 def record(
     case: str, baseline: str, ours: list[float], theirs: list[float], steps: str, notes: str
 ) -> dict[str, Any]:
@@ -233,11 +247,11 @@ def run(work: Path, quick: bool, seed: int = 0) -> list[dict[str, Any]]:
     e_true = spectra_of(scored)
     half = scored.shape[1] // 2
     started = time.perf_counter()
+    train_spectra = spectra_of(fields_from_disk(train.fields)[:, size.burn_in + 2 + size.first - 1 :])
     estimates = {
         "prior": prior_spectra(stack, params, truth, size.samples),
-        "baseline": spectra_of(fields_from_disk(train.fields)[:, size.burn_in + 2 + size.first - 1 :]).mean(
-            dim=0
-        ),
+        "baseline": train_spectra.mean(dim=0),
+        "neighbours": nearest_spectra(train_spectra, torch.as_tensor(train.params), params),
         "operator": rollout_spectra(stack, False, inputs, params, size.rollout, size.first),
         "rollout": rollout_spectra(stack, True, inputs, params, size.rollout, size.first),
     }
@@ -280,6 +294,14 @@ def run(work: Path, quick: bool, seed: int = 0) -> list[dict[str, Any]]:
             "mean-spectrum baseline",
             d["rollout"],
             d["baseline"],
+            steps,
+            context,
+        ),
+        record(
+            "steady prior (stack with it)",
+            f"parameter-aware baseline: mean spectrum of the {NEIGHBOURS} training trajectories nearest in L",
+            d["prior"],
+            d["neighbours"],
             steps,
             context,
         ),
