@@ -39,6 +39,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Path:
         config = load_config(CONFIGS / "tiny-latent.yaml", FAST)
         generate(config, root / "data", progress=False)
         run_stages(config, root / "data", root / "run", progress=False)
+        run_stages(config, root / "data", root / "run", stage="steady_prior", progress=False)  # opt-in
     finally:
         torch.set_num_threads(threads)
     return root / "run"
@@ -127,6 +128,9 @@ def test_dynaforge_run_with_stage_all_trains_and_reports_the_stack(tmp_path: Pat
     ]
     assert main([*command, "--no-progress"]) == 0
     status = json.loads((tmp_path / "run" / "stages.json").read_text())
+    assert list(status["stages"]) == ["operator", "diffusion_residual", "consistency_distill"]
     assert all(record["status"] == "done" for record in status["stages"].values())
     html = (tmp_path / "run" / "eval" / "report.html").read_text()
-    assert "Latent stack: predictor-corrector rollouts and ensembles" in html and "Steady prior" in html
+    assert "Latent stack: predictor-corrector rollouts and ensembles" in html
+    assert "Ensembles: spread against error" in html
+    assert "No steady prior in this stack" in html  # opt-in: stage=all leaves it out

@@ -232,7 +232,9 @@ def stack_html(section: Mapping[str, Any] | None, figures: Sequence[tuple[str, b
     )
     steady = section.get("steady_prior")
     prior = (
-        "<p>No steady prior in this stack.</p>"
+        "<p>No steady prior in this stack: it is an opt-in stage (<code>dynaforge train CONFIG "
+        "stage=steady_prior --data DATA --out RUN</code> on this stack's folder; docs/evaluation.md says when it "
+        "pays).</p>"
         if not steady
         else "<p>Steady prior: log10 spectrum distance of its samples for the test parameters to the test "
         "trajectories' long-time states, against the training split's mean long-time spectrum.</p>"
