@@ -39,6 +39,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Path:
         config = load_config(CONFIGS / "tiny-latent.yaml", FAST)
         generate(config, root / "data", progress=False)
         run_stages(config, root / "data", root / "run", progress=False)
+        run_stages(config, root / "data", root / "run", stage="steady_prior", progress=False)  # opt-in
     finally:
         torch.set_num_threads(threads)
     return root / "run"
@@ -58,11 +59,19 @@ def test_evaluating_a_stack_reports_rollouts_ensembles_and_prior(stack: Path, on
     assert rollouts["student"]["network_calls_per_step"] == 0.5
     # teacher and student compared at the temperature the student was distilled at
     assert rollouts["corrector"]["temperature"] == rollouts["student"]["temperature"] == 0.5
+    ensembles = result.metrics["ensembles"]
+    assert ensembles["members"] == 4 and list(ensembles["variants"]) == ["corrector", "student"]
     for name in ("corrector", "student"):
-        ensemble = section["ensembles"][name]
+        ensemble = ensembles["variants"][name]
         assert -1.0 <= ensemble["spread_error_correlation"] <= 1.0
         # no correction before step k = 2, then members differ (the corrector is stochastic)
         assert ensemble["spread_per_step"][0] == 0 and min(ensemble["spread_per_step"][1:]) > 0
+        # so the ratio is 0 at step 1 and positive after; the spread is the same (0) for every trajectory
+        # at step 1, where the correlation across trajectories is undefined
+        ratios = ensemble["spread_skill_per_step"]
+        assert len(ratios) == 6 and ratios[0] == 0 and min(ratios[1:]) > 0
+        assert ensemble["correlation_per_step"][0] is None
+        assert ensemble["spread_skill_ratio"] > 0
     steady = section["steady_prior"]
     assert steady["prior"] > 0 and steady["baseline"] > 0 and steady["samples"] == 4 * 3
     html = result.report.read_text()
@@ -71,14 +80,17 @@ def test_evaluating_a_stack_reports_rollouts_ensembles_and_prior(stack: Path, on
         "operator alone",
         "S-step corrector (4 step(s), every 2 step(s), temperature 0.5)",
         "distilled student (1 step(s), every 2 step(s), temperature 0.5)",
+        "Ensembles: spread against error",
         "spread-error correlation",
-        "Ensemble spread against the error of the ensemble mean",
+        "spread-skill ratio",
+        "Ensemble spread and the error of the ensemble mean against rollout time",
         "Steady prior",
     ):
         assert text in html, text
     assert (stack / "eval" / "stack_rollouts.png").exists()
-    assert (stack / "eval" / "stack_spread_error.png").exists()
-    assert json.loads((stack / "eval" / "metrics.json").read_text())["latent_stack"]["members"] == 4
+    assert (stack / "eval" / "ensemble_spread_error.png").exists()
+    saved = json.loads((stack / "eval" / "metrics.json").read_text())
+    assert saved["ensembles"]["variants"]["corrector"]["label"] in html
 
 
 def test_spectrum_distance_counts_energetic_shells_only() -> None:
@@ -116,6 +128,9 @@ def test_dynaforge_run_with_stage_all_trains_and_reports_the_stack(tmp_path: Pat
     ]
     assert main([*command, "--no-progress"]) == 0
     status = json.loads((tmp_path / "run" / "stages.json").read_text())
+    assert list(status["stages"]) == ["operator", "diffusion_residual", "consistency_distill"]
     assert all(record["status"] == "done" for record in status["stages"].values())
     html = (tmp_path / "run" / "eval" / "report.html").read_text()
-    assert "Latent stack: predictor-corrector rollouts and ensembles" in html and "Steady prior" in html
+    assert "Latent stack: predictor-corrector rollouts and ensembles" in html
+    assert "Ensembles: spread against error" in html
+    assert "No steady prior in this stack" in html  # opt-in: stage=all leaves it out

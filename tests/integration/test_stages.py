@@ -18,7 +18,7 @@ from dynaforge.models.latent import Conditions
 from dynaforge.models.latent_stack import load_stack, predictor_corrector_rollout
 from dynaforge.models.loading import model_from_checkpoint
 from dynaforge.runs import load_checkpoint
-from dynaforge.train.stages import STAGES, run_stages
+from dynaforge.train.stages import DEFAULT_STAGES, STAGES, run_stages
 from tests.conftest import CONFIGS
 
 FAST = [
@@ -52,6 +52,10 @@ def test_stages_chain_record_status_and_skip_when_done(
         [*FAST, "stages.diffusion_residual.interval=2", "stages.consistency_distill.temperature=0.5"],
     )
     status = run_stages(config, stack_data, tmp_path / "run", progress=False)
+    # stage=all: the default stages; the steady prior is opt-in
+    assert list(status["stages"]) == list(DEFAULT_STAGES) == [s for s in STAGES if s != "steady_prior"]
+    assert not (tmp_path / "run" / "steady_prior").exists()
+    status = run_stages(config, stack_data, tmp_path / "run", stage="steady_prior", progress=False)
     assert list(status["stages"]) == list(STAGES)
     assert all(record["status"] == "done" for record in status["stages"].values())
     assert json.loads((tmp_path / "run" / "stages.json").read_text()) == status

@@ -92,8 +92,9 @@ class SteadyStageConfig(StageConfig):
 
 @dataclass
 class StagesConfig:
-    """`dynaforge train CONFIG --data DIR --out RUN stage=all`: the stages in order, each reading the
-    checkpoint the one before wrote (RUN/<stage>/checkpoints/best.pt); RUN/stages.json records progress."""
+    """`dynaforge train CONFIG --data DIR --out RUN stage=all`: the default stages in order (operator,
+    corrector, student), each reading the checkpoint the one before wrote (RUN/<stage>/checkpoints/best.pt);
+    RUN/stages.json records progress. The steady prior is opt-in (`stage=steady_prior`)."""
 
     operator: OperatorStageConfig = field(default_factory=OperatorStageConfig)
     """The latent operator."""
@@ -102,7 +103,7 @@ class StagesConfig:
     consistency_distill: DistillStageConfig = field(default_factory=DistillStageConfig)
     """The few-step student of the corrector."""
     steady_prior: SteadyStageConfig = field(default_factory=SteadyStageConfig)
-    """The prior of long-time states."""
+    """The prior of long-time states: opt-in, trained by `stage=steady_prior`, not by `stage=all`."""
     val_windows: int = checked(256, check=AT_LEAST_ONE)
     """At most this many validation windows are scored per epoch (evenly spaced)."""
     seed: int = 0

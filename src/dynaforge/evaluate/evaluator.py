@@ -6,9 +6,10 @@ every test trajectory), both PDEBench's nRMSE; then every metric of `dynaforge.e
 predictions (`one_step`), averaged over the rollout (`rollout`) and per rollout step (`rollout_per_frame`),
 the geometric mean of the rollout nRMSE, The Well's time windows, the correlation time, the conserved
 quantities' drift, energy spectra and the worst test samples. RUN may be the root of a staged latent
-stack (`dynaforge train ... stage=all`): its operator is scored with each trajectory's conditions, and
-`latent_stack` holds the predictor-corrector rollouts, ensembles and steady prior
-(`dynaforge.evaluate.stack_report`). Evaluation is deterministic: the same run, data and device give the same
+stack (`dynaforge train ... stage=all`): its operator is scored with each trajectory's conditions,
+`latent_stack` holds the predictor-corrector rollouts and steady prior (`dynaforge.evaluate.stack_report`)
+and `ensembles` the spread of its correctors' ensembles against their error (`dynaforge.evaluate.ensembles`:
+spread-skill ratio and spread-error correlation, per rollout step and over the rollout). Evaluation is deterministic: the same run, data and device give the same
 metrics.json byte for byte (no timestamps; fixed batches and order), whatever the torch thread count (each
 batch, and the scoring, runs on one intra-op thread: `dynaforge.threads`).
 """
@@ -38,6 +39,7 @@ from dynaforge.config import (
 )
 from dynaforge.data import DataIdentity, check_same_data, data_fingerprint
 from dynaforge.errors import DATA, RunError
+from dynaforge.evaluate.ensembles import ENSEMBLE_MEMBERS, ensembles_section, spread_error_figure
 from dynaforge.evaluate.plots import (
     FieldAxes,
     Panel,
@@ -55,6 +57,7 @@ from dynaforge.evaluate.report import render_report
 from dynaforge.evaluate.rollout import Rollouts, one_step_predictions, rollouts
 from dynaforge.evaluate.stack_report import (
     is_stack,
+    stack_ensembles,
     stack_figures,
     stack_one_step,
     stack_rollouts,
@@ -231,6 +234,9 @@ def evaluate(
     }
     if stack is not None:
         metrics["latent_stack"] = on_one_thread(lambda: stack_metrics(stack, rolled, test, dataset, trained))
+        variants = on_one_thread(lambda: stack_ensembles(stack, rolled, test.params))
+        if variants:
+            metrics["ensembles"] = ensembles_section(variants, ENSEMBLE_MEMBERS)
     out = evaluation_folder(folder, checkpoint, dataset)
     inputs = report_inputs(folder, dataset, test, shape, stride, config, rolled, trained, stack is not None)
     report = write_outputs(folder, metrics, rolled, config, trained, inputs, model_folder, out)
@@ -416,6 +422,15 @@ def write_outputs(
         ]
     if "latent_stack" in metrics:
         figures["stack"] = stack_figures(metrics["latent_stack"], metrics["frame_dt"])
+    if "ensembles" in metrics:
+        figures["ensembles"] = [
+            (
+                "Ensemble spread and the error of the ensemble mean against rollout time, their ratio per "
+                "step, and one point per (trajectory, step)",
+                "ensemble_spread_error.png",
+                figure_to_png(spread_error_figure(metrics["ensembles"], metrics["frame_dt"])),
+            )
+        ]
     for section in figures.values():
         for _, name, png in section:
             atomic_write_bytes(out / name, png)

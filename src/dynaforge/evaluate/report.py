@@ -2,7 +2,7 @@
 
 Sections: summary, a table of every metric (definition and source, one-step value, rollout values), the
 error against the rollout step for each metric, for a staged latent stack its predictor-corrector rollouts
-and ensembles (`dynaforge.evaluate.stack_report`), The Well's time windows, the correlation time, physics
+(`dynaforge.evaluate.stack_report`), ensembles' spread against their error (`dynaforge.evaluate.ensembles`), The Well's time windows, the correlation time, physics
 diagnostics (conserved quantities, energy spectra), the worst test samples, sample figures (never the
 same trajectory twice), the training summary and loss curves (from RUN/metrics.jsonl) and the run's config.
 """
@@ -14,12 +14,13 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dynaforge.evaluate.stack_report import LABELS, variant_label
+from dynaforge.evaluate.ensembles import ensemble_sentence
+from dynaforge.evaluate.stack_report import variant_label
 from dynaforge.evaluate.suite import METRICS
 
 Figures = Mapping[str, Sequence[tuple[str, bytes]]]
-"""Report section ("horizon", "physics", "worst", "samples", "training", "stack") -> (caption, PNG bytes)
-figures."""
+"""Report section ("horizon", "physics", "worst", "samples", "training", "stack", "ensembles") -> (caption,
+PNG bytes) figures."""
 
 
 def png_to_img(png: bytes, alt: str) -> str:
@@ -204,8 +205,8 @@ def training_html(training: Mapping[str, Any], figures: Sequence[tuple[str, byte
 
 
 def stack_html(section: Mapping[str, Any] | None, figures: Sequence[tuple[str, bytes]]) -> str:
-    """The staged latent stack's section (empty for a single model): predictor-corrector rollouts,
-    ensemble spread against error, the steady prior's score."""
+    """The staged latent stack's section (empty for a single model): predictor-corrector rollouts and the
+    steady prior's score (its ensembles: `ensembles_html`)."""
     if not section:
         return ""
     steps = section["steps"]
@@ -229,16 +230,11 @@ def stack_html(section: Mapping[str, Any] | None, figures: Sequence[tuple[str, b
         ),
         rows,
     )
-    ensembles = table(
-        ("corrector", "spread-error correlation", "nRMSE of the ensemble mean (mean over steps)"),
-        [
-            (LABELS.get(name, name), row["spread_error_correlation"], row["mean_nrmse"])
-            for name, row in section["ensembles"].items()
-        ],
-    )
     steady = section.get("steady_prior")
     prior = (
-        "<p>No steady prior in this stack.</p>"
+        "<p>No steady prior in this stack: it is an opt-in stage (<code>dynaforge train CONFIG "
+        "stage=steady_prior --data DATA --out RUN</code> on this stack's folder; docs/evaluation.md says when it "
+        "pays).</p>"
         if not steady
         else "<p>Steady prior: log10 spectrum distance of its samples for the test parameters to the test "
         "trajectories' long-time states, against the training split's mean long-time spectrum.</p>"
@@ -253,12 +249,51 @@ steps, both at the temperature the student was distilled at (noise seed 0). The 
 |log10 E_pred(k) - log10 E_true(k)| over energetic shells, spectra averaged over the trajectories and the
 second half of the rollout.</p>
 {rollouts}
-<h3>Ensembles of {section["members"]} rollouts</h3>
-<p>Pearson correlation, over every (trajectory, step), of the ensemble's RMS spread and the RMS error of its
-mean.</p>
-{ensembles}
 {figures_html(figures)}
 {prior}
+"""
+
+
+def ensembles_html(
+    section: Mapping[str, Any] | None,
+    figures: Sequence[tuple[str, bytes]],
+    frame_dt: float | None = None,
+) -> str:
+    """Every ensemble of the evaluation (empty without one): its spread against the error of its mean, in
+    a sentence, a table and the figure (`dynaforge.evaluate.ensembles`)."""
+    if not section:
+        return ""
+    variants = section["variants"].values()
+    sentences = "".join(f"<p>{html.escape(ensemble_sentence(row, frame_dt))}</p>" for row in variants)
+    rows = [
+        (
+            row["label"],
+            row["members"],
+            row["spread_skill_ratio"],
+            row["spread_error_correlation"],
+            row["mean_nrmse"],
+        )
+        for row in variants
+    ]
+    summary = table(
+        (
+            "ensemble",
+            "members",
+            "spread-skill ratio (1: calibrated)",
+            "spread-error correlation",
+            "nRMSE of the ensemble mean (mean over steps)",
+        ),
+        rows,
+    )
+    return f"""<h2>Ensembles: spread against error</h2>
+<p>Each ensemble repeats a stochastic rollout with independent noise from the same true frames. Spread: the
+standard deviation across members; error: that of the ensemble mean against the truth; both RMS over channels
+and space. Spread-skill ratio: RMS spread / RMS error x sqrt((M + 1) / M) (M members), 1 for a calibrated
+ensemble, below 1 when the spread understates the error. Spread-error correlation: Pearson, over every
+(trajectory, step). Per-step values are in metrics.json (<code>ensembles</code>).</p>
+{sentences}
+{summary}
+{figures_html(figures)}
 """
 
 
@@ -306,6 +341,7 @@ APEBench (geometric mean of the nRMSE over the rollout); each is documented in
 <h3>The Well's time windows (mean over each window of rollout steps, 0-based, end excluded)</h3>
 {windows_table(metrics)}
 {stack_html(metrics.get("latent_stack"), figures.get("stack", ()))}
+{ensembles_html(metrics.get("ensembles"), figures.get("ensembles", ()), metrics.get("frame_dt"))}
 <h2>Physics diagnostics</h2>
 {physics_html(metrics)}
 {figures_html(figures.get("physics", ()))}

@@ -10,8 +10,8 @@ true frames at `evaluate.start_frame`):
   long-horizon energy-spectrum error (`long_horizon_spectrum_error`) and the corrector's network calls
   per rollout step (its cost; wall times are left to `benchmarks/latent_stack.py`, so that metrics.json
   stays the same byte for byte from one evaluation to the next);
-- ensembles of `ENSEMBLE_MEMBERS` rollouts of each stochastic corrector: the RMS spread and the RMS error
-  of the ensemble mean against the step, and their Pearson correlation over (trajectory, step);
+- (`stack_ensembles`, for metrics.json's `ensembles` section, `dynaforge.evaluate.ensembles`) ensembles
+  of `ENSEMBLE_MEMBERS` rollouts of each stochastic corrector: spread against the error of their mean;
 - the steady prior (stage `steady_prior`), when trained: the spectrum distance of its samples for the test
   parameters to the test trajectories' long-time states, against the training set's mean long-time
   spectrum as a baseline (`steady_prior_score`).
@@ -27,14 +27,13 @@ import numpy as np
 import torch
 from jaxtyping import Float
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
 from dynaforge.data import MemoryTrajectories, WindowDataset
 from dynaforge.errors import ConfigError, RunError
-from dynaforge.evaluate.plots import figure_to_png, label_axes, label_rollout_axes
+from dynaforge.evaluate.ensembles import ENSEMBLE_MEMBERS, ensemble_scores
+from dynaforge.evaluate.plots import figure_to_png, label_rollout_axes
 from dynaforge.evaluate.rollout import Predictions, Rollouts, available_rollout_frames
-from dynaforge.metrics.ensemble import spread_error_correlation
 from dynaforge.metrics.fields import nrmse_per_frame
 from dynaforge.metrics.spectra import SPECTRUM_RANGE, energy_spectrum, spectrum_distance
 from dynaforge.models import ModelShape
@@ -50,8 +49,6 @@ from dynaforge.models.latent_stack import (
 from dynaforge.store.layout import fields_from_disk
 
 STATUS_FILE = "stages.json"
-ENSEMBLE_MEMBERS = 4
-"""Members of each ensemble in the report."""
 
 
 def is_stack(root: str | Path) -> bool:
@@ -169,41 +166,45 @@ def variant_scores(predicted: Tensor, truth: Tensor) -> dict[str, Any]:
     }
 
 
-def stack_section(
-    stack: LatentStack,
-    rolled: Rollouts,
-    params: np.ndarray,
-    members: int = ENSEMBLE_MEMBERS,
-    steady: dict[str, float] | None = None,
-) -> dict[str, Any]:
-    """metrics["latent_stack"]: see the module docstring. `rolled`: the operator-alone rollouts."""
-    inputs, truth = rolled.inputs, rolled.truth
-    steps = truth.shape[1]
+def stack_variants(stack: LatentStack) -> dict[str, Corrector | None]:
+    """The rollouts the section compares: the operator alone (None), the S-step corrector (at its student's
+    temperature when there is a student, so that the two are compared on the same noise), the student."""
     variants: dict[str, Corrector | None] = {"operator": None}
     if stack.corrector is not None:
         corrector = stack.corrector
-        if stack.student is not None:  # compared at the temperature its student was distilled at
+        if stack.student is not None:
             corrector = dataclasses.replace(corrector, temperature=stack.student.temperature)
         variants["corrector"] = corrector
     if stack.student is not None:
         variants["student"] = stack.student
+    return variants
+
+
+def stack_section(
+    stack: LatentStack, rolled: Rollouts, params: np.ndarray, steady: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """metrics["latent_stack"]: see the module docstring. `rolled`: the operator-alone rollouts."""
+    inputs, truth = rolled.inputs, rolled.truth
+    steps = truth.shape[1]
     results: dict[str, Any] = {}
-    for name, corrector in variants.items():
+    for name, corrector in stack_variants(stack).items():
         predicted = stack_rollout(stack, corrector, inputs, params, steps)
         results[name] = {
             **variant_scores(predicted, truth),
             **(describe(corrector) if corrector is not None else {"network_calls_per_step": 0.0}),
         }
-    ensembles = {}
-    for name, corrector in variants.items():
-        if corrector is not None:
-            ensembles[name] = ensemble_section(stack, corrector, inputs, truth, params, members)
+    return {"rollouts": results, "steps": steps, "steady_prior": steady}
+
+
+def stack_ensembles(
+    stack: LatentStack, rolled: Rollouts, params: np.ndarray, members: int = ENSEMBLE_MEMBERS
+) -> dict[str, dict[str, Any]]:
+    """Name -> `dynaforge.evaluate.ensembles.ensemble_scores` of `members` rollouts of each stochastic
+    corrector from the operator-alone rollouts' inputs (empty without a corrector)."""
     return {
-        "rollouts": results,
-        "ensembles": ensembles,
-        "members": members,
-        "steps": steps,
-        "steady_prior": steady,
+        name: ensemble_of(stack, corrector, rolled.inputs, rolled.truth, params, members, name)
+        for name, corrector in stack_variants(stack).items()
+        if corrector is not None
     }
 
 
@@ -258,15 +259,16 @@ def steady_prior_score(
     }
 
 
-def ensemble_section(
+def ensemble_of(
     stack: LatentStack,
     corrector: Corrector,
     inputs: Tensor,
     truth: Tensor,
     params: np.ndarray,
     members: int,
+    name: str,
 ) -> dict[str, Any]:
-    """Spread (std across members) and the error of the ensemble mean, RMS over space and channels."""
+    """`ensemble_scores` of `members` predictor-corrector rollouts with independent noise (physical units)."""
     spatial_dims = inputs.ndim - 3
     with torch.inference_mode():
         ensemble = ensemble_rollout(
@@ -277,19 +279,8 @@ def ensemble_section(
             truth.shape[1],
             members=members,
         )
-    mean = stack.normalizer.normalized_to_physical(ensemble.mean.float().cpu(), spatial_dims)
-    std = torch.tensor(stack.normalizer.std, dtype=torch.float32).view(1, 1, -1, *(1,) * spatial_dims)
-    spread = ensemble.spread.float().cpu() * std
-    spread_rms = spread.square().flatten(2).mean(dim=-1).sqrt()  # (N, T)
-    error_rms = (mean - truth).square().flatten(2).mean(dim=-1).sqrt()
-    return {
-        "spread_per_step": spread_rms.mean(dim=0).tolist(),
-        "error_per_step": error_rms.mean(dim=0).tolist(),
-        "spread_error_correlation": spread_error_correlation(spread, mean, truth),
-        "mean_nrmse": float(nrmse_per_frame(mean, truth).mean()),
-        "spread_samples": spread_rms.flatten().tolist(),
-        "error_samples": error_rms.flatten().tolist(),
-    }
+    physical = stack.normalizer.normalized_to_physical(ensemble.members.float().cpu(), spatial_dims)
+    return ensemble_scores(physical, truth, variant_label(name, describe(corrector)))
 
 
 LABELS = {"operator": "operator alone", "corrector": "S-step corrector", "student": "distilled student"}
@@ -317,52 +308,6 @@ def rollouts_png(section: dict[str, Any], frame_dt: float | None) -> bytes:
     return figure_to_png(figure)
 
 
-def spread_png(section: dict[str, Any]) -> bytes:
-    """Per corrector: RMS spread and RMS error of the ensemble mean against the step (left), and one point
-    per (trajectory, step) of spread against error (right)."""
-    ensembles = section["ensembles"]
-    figure = Figure(figsize=(11, 4), layout="constrained")
-    curves, scatter = figure.subplots(1, 2)
-    for index, (name, row) in enumerate(ensembles.items()):
-        color = f"C{index}"
-        steps = range(1, len(row["error_per_step"]) + 1)
-        curves.plot(
-            steps, row["error_per_step"], color=color, label=f"{LABELS.get(name, name)}: error of mean"
-        )
-        curves.plot(
-            steps,
-            row["spread_per_step"],
-            color=color,
-            linestyle="--",
-            label=f"{LABELS.get(name, name)}: spread",
-        )
-        scatter.scatter(
-            row["spread_samples"],
-            row["error_samples"],
-            s=6,
-            marker="x" if name == "student" else "o",
-            alpha=0.4,
-            color=color,
-            label=f"{LABELS.get(name, name)} (r = {row['spread_error_correlation']:.3f})",
-        )
-    curves.xaxis.set_major_locator(MaxNLocator(integer=True))
-    label_axes(
-        curves,
-        "rollout step",
-        "RMS (units of the field)",
-        f"{section['members']}-member ensembles: spread and error",
-    )
-    curves.legend(fontsize="small")
-    label_axes(
-        scatter,
-        "ensemble spread (RMS)",
-        "error of the ensemble mean (RMS)",
-        "Spread against error, one point per (trajectory, step)",
-    )
-    scatter.legend(fontsize="small")
-    return figure_to_png(figure)
-
-
 def stack_figures(section: dict[str, Any], frame_dt: float | None) -> list[tuple[str, str, bytes]]:
     figures = [
         (
@@ -371,12 +316,4 @@ def stack_figures(section: dict[str, Any], frame_dt: float | None) -> list[tuple
             rollouts_png(section, frame_dt),
         )
     ]
-    if section["ensembles"]:
-        figures.append(
-            (
-                "Ensemble spread against the error of the ensemble mean",
-                "stack_spread_error.png",
-                spread_png(section),
-            )
-        )
     return figures

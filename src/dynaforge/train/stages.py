@@ -1,6 +1,7 @@
 """The latent stack, trained in stages that hand checkpoints to each other.
 
-`dynaforge train CONFIG --data DIR --out RUN stage=all` runs, in order:
+`dynaforge train CONFIG --data DIR --out RUN stage=all` runs, in order, the DEFAULT_STAGES (the first three;
+`steady_prior` is opt-in: `stage=steady_prior` on the same RUN trains it, docs/evaluation.md says why):
 
 operator             the `model` section (the latent operator) on a one-step loss, an unrolled rollout loss
                      and a log energy-spectrum loss (fp32, autocast off); the best checkpoint has the lowest
@@ -473,7 +474,10 @@ STAGES: dict[str, Callable[[StageContext], TrainSummary]] = {
     "consistency_distill": consistency_distill,
     "steady_prior": steady_prior,
 }
-"""The stages in the order `stage=all` runs them."""
+"""Every stage, by name, in order."""
+
+DEFAULT_STAGES = ("operator", "diffusion_residual", "consistency_distill")
+"""The stages `stage=all` runs; `steady_prior` is opt-in (`stage=steady_prior`)."""
 
 
 # ---- running them in order -------------------------------------------------------------------------------
@@ -505,7 +509,7 @@ def claim_stack_folder(root: Path, config: Config) -> None:
 def run_stages(
     config: Config, data: str | Path, out: str | Path, stage: str = "all", progress: bool | None = None
 ) -> dict[str, Any]:
-    """Run `stage` (a name of `STAGES`, or `all` for every stage in order) into stack folder `out`;
+    """Run `stage` (a name of `STAGES`, or `all` for the DEFAULT_STAGES in order) into stack folder `out`;
     returns the stages.json record. Done stages are skipped; a running one resumes."""
     if stage != "all" and stage not in STAGES:
         raise ConfigError(f"stage={stage!r} is not valid; choose all or one of: {', '.join(STAGES)}")
@@ -524,7 +528,7 @@ def run_stages(
     root.mkdir(parents=True, exist_ok=True)
     claim_stack_folder(root, config)
     status = read_status(root)
-    names = list(STAGES) if stage == "all" else [stage]
+    names = list(DEFAULT_STAGES) if stage == "all" else [stage]
     context = StageContext(config, Path(data).resolve(), root, progress)
     for name in names:
         record = status["stages"].get(name, {})
