@@ -503,12 +503,18 @@ def claim_stack_folder(root: Path, config: Config) -> None:
 
 
 def run_stages(
-    config: Config, data: str | Path, out: str | Path, stage: str = "all", progress: bool | None = None
+    config: Config,
+    data: str | Path,
+    out: str | Path,
+    stage: str = "all",
+    progress: bool | None = None,
+    stages: dict[str, Callable[[StageContext], TrainSummary]] | None = None,
 ) -> dict[str, Any]:
-    """Run `stage` (a name of `STAGES`, or `all` for every stage in order) into stack folder `out`;
-    returns the stages.json record. Done stages are skipped; a running one resumes."""
-    if stage != "all" and stage not in STAGES:
-        raise ConfigError(f"stage={stage!r} is not valid; choose all or one of: {', '.join(STAGES)}")
+    """Run `stage` (a name of `stages`, default `STAGES`, or `all` for every one in order) into stack folder
+    `out`; returns the stages.json record. Done stages are skipped; a running one resumes."""
+    table = STAGES if stages is None else stages
+    if stage != "all" and stage not in table:
+        raise ConfigError(f"stage={stage!r} is not valid; choose all or one of: {', '.join(table)}")
     if config.data.source == "stream":
         raise ConfigError(
             "the staged stack trains on a dataset folder: set data.source=store and pass --data"
@@ -524,7 +530,7 @@ def run_stages(
     root.mkdir(parents=True, exist_ok=True)
     claim_stack_folder(root, config)
     status = read_status(root)
-    names = list(STAGES) if stage == "all" else [stage]
+    names = list(table) if stage == "all" else [stage]
     context = StageContext(config, Path(data).resolve(), root, progress)
     for name in names:
         record = status["stages"].get(name, {})
@@ -538,7 +544,7 @@ def run_stages(
         }
         write_status(root, status)
         log.info("stage %s: %s", name, "resuming" if record else "starting")
-        summary = STAGES[name](context)
+        summary = table[name](context)
         status["stages"][name] = {
             **status["stages"][name],
             "status": "done",
