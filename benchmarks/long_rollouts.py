@@ -45,13 +45,13 @@ Against the paper's protocol (configs/ks_long_rollouts.yaml gives the protocol a
   against 128 and 128;
 - test rollouts of ROLLOUT = 400 frames (80 time units) from frame 360, against 640 frames: a model that
   stays correlated past 80 time units is censored there (the paper's MSE U-Net holds about 75);
-- training: BUDGET = 100 s of one shared core per model (about 1-2k optimiser steps at batch 64) against
+- training: BUDGET = 80 s of one shared core per model (about 1k optimiser steps at batch 64) against
   400 epochs of batch 128 on a GPU (about 890k steps): the models here are far from converged;
 - the operator is an FNO (dynaforge's), not the paper's modern U-Net of 64 channels; no dt/dx conditioning
   (L varies by 10%), no EMA, dynaforge's cosine schedule (lr 1e-3), AdamW;
 - the refiner predicts the noise (the paper's form), not the release's v-prediction of the scaled change.
 
-`python benchmarks/long_rollouts.py` runs everything (about 30 minutes of one core); `--seed S` runs one
+`python benchmarks/long_rollouts.py` runs everything (about 25 minutes of one core); `--seed S` runs one
 seed into the work folder (two seeds can run side by side, one per core), `--aggregate` writes the JSON
 from the seeds found there. `--quick` is the smoke run (tiny sizes, a few seconds per model; written to a
 temporary folder).
@@ -112,7 +112,7 @@ class Sizes(NamedTuple):
 
 
 SIZES = {
-    "full": Sizes(n_train=32, n_val=4, n_test=16, solver_steps=3200, budget=100.0, start_frame=360,
+    "full": Sizes(n_train=32, n_val=4, n_test=16, solver_steps=3200, budget=80.0, start_frame=360,
                   rollout=400, members=4, val_windows=32),
     "quick": Sizes(n_train=2, n_val=1, n_test=2, solver_steps=1500, budget=2.0, start_frame=360,
                    rollout=6, members=2, val_windows=4),
