@@ -49,7 +49,8 @@ Against the paper's protocol (configs/ks_long_rollouts.yaml gives the protocol a
   400 epochs of batch 128 on a GPU (about 890k steps): the models here are far from converged;
 - the operator is an FNO (dynaforge's), not the paper's modern U-Net of 64 channels; no dt/dx conditioning
   (L varies by 10%), no EMA, dynaforge's cosine schedule (lr 1e-3), AdamW;
-- the refiner predicts the noise (the paper's form), not the release's v-prediction of the scaled change.
+- the refiner predicts the noise (the paper's form) added to the change over one step divided by 0.3 (the
+  release's `predict_difference`, `difference_weight`), not the release's v-prediction DDPM scheduler.
 
 `python benchmarks/long_rollouts.py` runs everything (about 25 minutes of one core); `--seed S` runs one
 seed into the work folder (two seeds can run side by side, one per core), `--aggregate` writes the JSON

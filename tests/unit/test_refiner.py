@@ -51,32 +51,41 @@ def test_noise_levels_fall_geometrically_to_the_minimum() -> None:
     assert noise_levels(0, 1e-6) == []
 
 
-def test_loss_is_next_frame_mse_at_k0_and_noise_mse_above() -> None:
-    model = refiner(3)
+def test_loss_is_change_mse_at_k0_and_noise_mse_above() -> None:
+    model = build_refiner(MODEL, SHAPE, 3, 1e-3, change_scale=0.5)
     recorder = Recorder(model.network)
     model.network = recorder
     inputs = torch.randn(4, 2, 1, 32, dtype=torch.float32)
     target = torch.randn(4, 1, 1, 32, dtype=torch.float32)
     noise = torch.randn(4, 1, 1, 32, dtype=torch.float32)
+    change = (target - inputs[:, -1:]) / 0.5
     k = torch.tensor([0, 1, 2, 3])
     loss = refiner_loss(model, inputs, target, k, noise)
     (estimate, step) = recorder.calls[0][:, :1], recorder.calls[0][:, 1:]
     assert len(recorder.calls) == 1  # one network call for the whole batch
     assert torch.equal(estimate[0], torch.zeros_like(estimate[0]))  # k = 0 sees no estimate
-    for i, sigma in zip((1, 2, 3), model.levels, strict=True):  # k > 0: the target plus sigma_k noise
-        torch.testing.assert_close(estimate[i], target[i] + sigma * noise[i])
+    for i, sigma in zip((1, 2, 3), model.levels, strict=True):  # k > 0: the true change plus sigma_k noise
+        torch.testing.assert_close(estimate[i], change[i] + sigma * noise[i])
     assert torch.allclose(step[:, 0, 0, 0], torch.tensor([0, 1 / 3, 2 / 3, 1.0]))
-    # by hand: sample 0 against the next frame, the others against the noise
+    # by hand: sample 0 against the change, the others against the noise
     with torch.no_grad():
         output = model.call(inputs, torch.cat([torch.zeros_like(target[:1]), estimate[1:]]), k)
     by_hand = torch.stack(
-        [((inputs[0, -1:] + output[0]) - target[0]).square().mean()]
+        [(output[0] - change[0]).square().mean()]
         + [(output[i] - noise[i]).square().mean() for i in (1, 2, 3)]
     ).mean()
     torch.testing.assert_close(loss, by_hand)
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
+
+
+def test_prediction_is_last_frame_plus_scaled_change() -> None:
+    model = build_refiner(MODEL, SHAPE, 0, 1e-3, change_scale=0.25)
+    frames = torch.randn(2, 2, 1, 32, dtype=torch.float32)
+    with torch.no_grad():
+        d = model.first_estimate(frames)
+        torch.testing.assert_close(model(ModelInput(frames=frames)).frames, frames[:, -1:] + 0.25 * d)
 
 
 def test_loss_in_bfloat16_and_odd_sizes_is_finite() -> None:

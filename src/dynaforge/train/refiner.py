@@ -61,7 +61,10 @@ class RefinerTask(StageTask):
         return self.data.windows(split, self.config.data.history, 1)
 
     def build_model(self) -> nn.Module:
-        return build_refiner(self.config.model, self.shape, self.steps, self.stage.min_noise_std)
+        stage = self.stage
+        return build_refiner(
+            self.config.model, self.shape, self.steps, stage.min_noise_std, stage.change_scale
+        )
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
         inputs, targets = batch[0], batch[1][:, :1]
@@ -93,6 +96,7 @@ class RefinerTask(StageTask):
             **super().checkpoint_extras(),
             "refiner_steps": self.steps,
             "min_noise_std": self.stage.min_noise_std,
+            "change_scale": self.stage.change_scale,
         }
 
 
