@@ -353,12 +353,14 @@ def aggregate(results: list[dict[str, Any]], size: Sizes, command: str) -> list[
     for window in ("all_frames", "first_50_frames"):
         for key in ("spread_skill_ratio", "spread_error_correlation"):
             values = [r["ensemble"][window][key] for r in results]
-            m, se = mean_and_stderr(values)
+            finite = [v for v in values if math.isfinite(v)]  # NaN: a member's rollout diverged
+            m, se = mean_and_stderr(finite) if finite else (None, None)
             records.append({
                 "case": f"refiner_ensemble/{key}/{window}", "baseline": None, "metric": key,
                 "dynaforge": m, "baseline_value": None, "ratio": None,
                 "notes": f"{results[0]['ensemble']['members']} refiner draws per test trajectory; per seed "
-                         f"{[round(v, 3) for v in values]}, s.e. {se}; a calibrated ensemble has ratio 1 and a "
+                         f"{[round(v, 3) for v in values]} (nan: a member diverged; mean over the finite ones), "
+                         f"s.e. {se}; a calibrated ensemble has ratio 1 and a "
                          f"positive correlation. " + common,
             })  # fmt: skip
     return records
