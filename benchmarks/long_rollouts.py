@@ -403,6 +403,11 @@ def main() -> None:
             run_seed(size, seed, work)
     results = [json.loads(seed_file(work, s).read_text()) for s in seeds if seed_file(work, s).exists()]
     command = "python benchmarks/long_rollouts.py" + (" --quick" if args.quick else "")
+    if args.aggregate:
+        command = (
+            "python benchmarks/long_rollouts.py --seed S --work W for S = 0, 1, 2 (two at a time, one thread "
+            "each, under the machine's two-slot semaphore), then --aggregate --work W"
+        )
     atomic_write_json(out, aggregate(results, size, command))
     print(f"wrote {out}")
     for row in json.loads(out.read_text()):
