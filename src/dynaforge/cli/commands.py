@@ -265,12 +265,17 @@ def stage_override(overrides: list[str]) -> tuple[str | None, list[str]]:
 
 def run_train_stages(args: argparse.Namespace, stage: str, overrides: list[str]) -> int:
     """`dynaforge train CONFIG stage=all|NAME`: the staged latent stack (dynaforge.train.stages)."""
-    from dynaforge.train.stages import run_stages
+    from dynaforge.train.refiner import REFINER_STAGES
+    from dynaforge.train.stages import STAGES, run_stages
 
     config = load_config(args.config, overrides)
     if args.data is None:
         raise ConfigError("the staged stack trains on a dataset folder: pass --data DIR")
-    status = run_stages(config, args.data, args.out, stage, progress=progress_of(args))
+    if stage != "all" and stage not in STAGES and stage not in REFINER_STAGES:
+        names = ", ".join([*STAGES, *REFINER_STAGES])
+        raise ConfigError(f"stage={stage!r} is not valid; choose all or one of: {names}")
+    table = REFINER_STAGES if stage in REFINER_STAGES else None  # named only, never part of stage=all
+    status = run_stages(config, args.data, args.out, stage, progress=progress_of(args), stages=table)
     for name, record in status["stages"].items():
         print(
             f"{args.out}/{name}: {record['status']}, best validation metric {record.get('best_val', float('nan')):.4e}"

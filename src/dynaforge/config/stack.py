@@ -10,6 +10,7 @@ from dynaforge.config.base import (
     NON_NEGATIVE,
     POSITIVE,
     at_least,
+    between,
     check_values,
     checked,
     one_of,
@@ -91,6 +92,32 @@ class SteadyStageConfig(StageConfig):
 
 
 @dataclass
+class RefinerStageConfig(StageConfig):
+    """Stage `refiner` (named only, not part of `stage=all`): PDE-Refiner (Lippe et al., NeurIPS 2023), the
+    `model` section's architecture given the noisy estimate of the next frame and the refinement step k as
+    extra input frames; k = 0 predicts the next frame (MSE), k = 1..K denoise it (see `models/refiner.py`)."""
+
+    steps: int = checked(3, check=NON_NEGATIVE.because("refinement steps after the first prediction"))
+    """K: refinement calls after the first (k = 0) call; 0 is the plain one-step operator trained with MSE."""
+    min_noise_std: float = checked(4e-7, check=between(0.0, 1.0, open_low=True, open_high=True))
+    """sigma_min: refinement step k adds noise of standard deviation sigma_min ** (k / K) (change units)."""
+    change_scale: float = checked(0.3, check=POSITIVE.because("the change is divided by it"))
+    """The network works on d = (next frame - last frame) / change_scale (normalised units), the public
+    release's `difference_weight`: the k = 0 loss and the noise levels are measured against d."""
+    val_rollout: int = checked(10, check=AT_LEAST_ONE)
+    """Refined steps of the validation rollout whose nRMSE chooses the best checkpoint."""
+
+
+@dataclass
+class RefinerDistillStageConfig(StageConfig):
+    """Stage `refiner_distill` (named only): a one-call student, started from the refiner's weights, trained
+    (MSE) to reproduce the refiner's K + 1-call prediction from the same input frames."""
+
+    lr: float = 5e-4
+    """Peak learning rate."""
+
+
+@dataclass
 class StagesConfig:
     """`dynaforge train CONFIG --data DIR --out RUN stage=all`: the default stages in order (operator,
     corrector, student), each reading the checkpoint the one before wrote (RUN/<stage>/checkpoints/best.pt);
@@ -104,6 +131,10 @@ class StagesConfig:
     """The few-step student of the corrector."""
     steady_prior: SteadyStageConfig = field(default_factory=SteadyStageConfig)
     """The prior of long-time states: opt-in, trained by `stage=steady_prior`, not by `stage=all`."""
+    refiner: RefinerStageConfig = field(default_factory=RefinerStageConfig)
+    """PDE-Refiner's refinement model (stage `refiner`, run only when named)."""
+    refiner_distill: RefinerDistillStageConfig = field(default_factory=RefinerDistillStageConfig)
+    """The one-call student of the refiner (stage `refiner_distill`, run only when named)."""
     val_windows: int = checked(256, check=AT_LEAST_ONE)
     """At most this many validation windows are scored per epoch (evenly spaced)."""
     seed: int = 0

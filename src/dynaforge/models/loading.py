@@ -6,6 +6,7 @@ The engine writes `kind` from the task that trained the model (`Task.kind`, the 
 - `nbody_step_controller` (`CONTROLLER_KIND`): the step controller's network, from `model_config`, checked
   against the features this dynaforge computes.
 - `two_phase` (`TWO_PHASE_KIND`): an energy model, from the saved config's `twophase` section.
+- `refiner` (`REFINER_KIND`): PDE-Refiner around a surrogate of the registry (`dynaforge.models.refiner`).
 
 Every loader here reads through `dynaforge.runs.load_checkpoint` (weights only, version checked, wrapper
 prefixes stripped), so checkpoints written by earlier versions of the same format load as they did.
@@ -33,6 +34,7 @@ from dynaforge.data.normalize import Normalizer
 from dynaforge.errors import DynaforgeError
 from dynaforge.models.base import ModelShape, shape_from_dict
 from dynaforge.models.hopfield import build_energy_model
+from dynaforge.models.refiner import REFINER_KIND, refiner_from_checkpoint
 from dynaforge.models.registry import build_model
 from dynaforge.models.step_controller import LearnedStep, build_step_controller_net
 from dynaforge.runs import load_checkpoint, run_folder
@@ -66,6 +68,7 @@ BUILDERS: dict[str | None, Callable[[Mapping[str, Any]], nn.Module]] = {
     SURROGATE_KIND: surrogate,
     CONTROLLER_KIND: controller_net,
     TWO_PHASE_KIND: energy_model,
+    REFINER_KIND: refiner_from_checkpoint,
 }
 """Checkpoint kind -> the untrained model its checkpoint describes."""
 

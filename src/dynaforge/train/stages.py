@@ -507,12 +507,19 @@ def claim_stack_folder(root: Path, config: Config) -> None:
 
 
 def run_stages(
-    config: Config, data: str | Path, out: str | Path, stage: str = "all", progress: bool | None = None
+    config: Config,
+    data: str | Path,
+    out: str | Path,
+    stage: str = "all",
+    progress: bool | None = None,
+    stages: dict[str, Callable[[StageContext], TrainSummary]] | None = None,
 ) -> dict[str, Any]:
-    """Run `stage` (a name of `STAGES`, or `all` for the DEFAULT_STAGES in order) into stack folder `out`;
-    returns the stages.json record. Done stages are skipped; a running one resumes."""
-    if stage != "all" and stage not in STAGES:
-        raise ConfigError(f"stage={stage!r} is not valid; choose all or one of: {', '.join(STAGES)}")
+    """Run `stage` (a name of `stages`, default `STAGES`, or `all`: the DEFAULT_STAGES in order, or every
+    one of `stages` when given) into stack folder `out`; returns the stages.json record. Done stages are
+    skipped; a running one resumes."""
+    table = STAGES if stages is None else stages
+    if stage != "all" and stage not in table:
+        raise ConfigError(f"stage={stage!r} is not valid; choose all or one of: {', '.join(table)}")
     if config.data.source == "stream":
         raise ConfigError(
             "the staged stack trains on a dataset folder: set data.source=store and pass --data"
@@ -528,7 +535,7 @@ def run_stages(
     root.mkdir(parents=True, exist_ok=True)
     claim_stack_folder(root, config)
     status = read_status(root)
-    names = list(DEFAULT_STAGES) if stage == "all" else [stage]
+    names = (list(DEFAULT_STAGES) if stages is None else list(table)) if stage == "all" else [stage]
     context = StageContext(config, Path(data).resolve(), root, progress)
     for name in names:
         record = status["stages"].get(name, {})
@@ -542,7 +549,7 @@ def run_stages(
         }
         write_status(root, status)
         log.info("stage %s: %s", name, "resuming" if record else "starting")
-        summary = STAGES[name](context)
+        summary = table[name](context)
         status["stages"][name] = {
             **status["stages"][name],
             "status": "done",
