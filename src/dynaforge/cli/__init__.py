@@ -87,9 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--num-shards", type=int, default=None, help="number of workers sharing the job")
     generate.add_argument(
         "--processes",
-        type=int,
-        default=1,
-        help="worker processes on this machine, sharing its threads (same bytes as one; default 1)",
+        default="auto",
+        help="worker processes on this machine, sharing its threads (same bytes as one); default auto: "
+        "one thread per process for a 1D PDE on the CPU, else one process (docs/generation_speed.md)",
     )
     add_progress_argument(generate)
     generate.set_defaults(handler=run_generate)

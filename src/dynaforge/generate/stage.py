@@ -8,16 +8,20 @@ so workers on different machines make one dataset. A rerun resumes: complete sha
 machine that share its threads (each gets torch's thread count / N): the CPU solvers' Python loop holds the
 GIL, so two threads of one process cannot both keep a 1D rollout busy, two processes can. A sample's bytes
 depend on its seed and its solver block alone (docs/reproducibility.md), never on the worker that made it, so
-the dataset is the same bytes as one process's.
+the dataset is the same bytes as one process's. `processes="auto"` (the CLI's default) picks the count by the
+rule of `auto_processes`, measured on the machine it names.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ from dynaforge.store.writer import batches as writer_batches
 from dynaforge.store.writer import prepare_folder, shard_is_complete, update_manifest, write_shard
 from dynaforge.systems import NBody, System, build_system
 from dynaforge.systems.pde.spectral import SpectralSystem
+from dynaforge.systems.registry import system_class
 
 log = logging.getLogger(__name__)
 
@@ -97,21 +102,82 @@ def note_block_padding(config: Config, system: System, device: torch.device, sha
         )
 
 
+AUTO_MIN_WORK = 2**26
+"""`processes="auto"` starts worker processes only for at least this many grid-point steps (samples x steps
+x grid points): about 1.5 s of one core for a 1D Burgers rollout (ETDRK4, 256 points: 4.4e7 point-steps/s),
+so that a small dataset is not split where starting the workers would cost more than it saves."""
+
+
+def parse_processes(value: int | str) -> int | str:
+    """`--processes` / `processes=`: "auto" or a whole number >= 1 (a bad value: a DatasetError naming it)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if isinstance(value, bool) or number < 1 or str(value).strip() != str(number):
+        raise DatasetError(f"--processes must be 'auto' or a whole number of at least 1, not {value!r}")
+    return number
+
+
+def auto_processes(config: Config, shards: int, threads: int, workers: int) -> tuple[int, str]:
+    """The worker processes `processes="auto"` starts, and why.
+
+    The rule: a 1D periodic PDE (a `SpectralSystem` of one dimension) generated on the CPU runs as
+    min(threads, shards) processes of one thread each when its dataset holds at least `AUTO_MIN_WORK`
+    grid-point steps; everything else runs in one process on all the threads. A 1D step is many small
+    operations (20-40 us each), so two threads of one process contend for the GIL that issues them, while
+    two processes do not; a 2D step's transforms and products are large and run on the threads of one
+    process well (docs/benchmarks.md, "Two threads"). Measured on an AMD EPYC (2 vCPUs, AVX2, torch
+    2.13.0+cpu), Burgers N=256 ETDRK4, 1,536 samples x 200 steps in shards of 256: the figures and command
+    in benchmarks/results/generate_processes.json (`benchmarks/generate_processes.py`). Systems not measured
+    (bounded flows, N-body, random CNN, 2D PDEs) keep one process.
+    """
+    if workers > 1:
+        return 1, f"this is one of {workers} workers already"
+    try:
+        kind = system_class(config.system.name)
+    except DynaforgeError:
+        return 1, "a system of unknown kind"
+    ndim = getattr(config.system, "ndim", 1)
+    if not (isinstance(kind, type) and issubclass(kind, SpectralSystem)) or ndim != 1:
+        return 1, "not a 1D periodic PDE: its threads work inside one process"
+    if resolve_device(config.dataset.device) != "cpu":
+        return 1, "generated on a GPU"
+    work = sum(config.dataset.split_sizes().values()) * config.system.steps * config.system.resolution
+    if work < AUTO_MIN_WORK:
+        return 1, f"a small dataset ({work:.3g} grid-point steps < {AUTO_MIN_WORK:.3g})"
+    count = min(threads, shards)
+    if count < 2:
+        return 1, f"{threads} thread(s) and {shards} shard(s)"
+    return (
+        count,
+        f"a 1D PDE on the CPU: {count} processes of one thread beat one process of {threads} threads",
+    )
+
+
 def generate(
     config: Config,
     out: str | Path,
     shard_index: int | None = None,
     num_shards: int | None = None,
     progress: bool | None = None,
-    processes: int = 1,
+    processes: int | str = 1,
 ) -> dict[str, Any]:
     """Generate (or finish generating) the dataset of `config` in `out`; returns the manifest.
 
     `progress=None` shows a progress bar only on a terminal. `processes > 1` runs the shards in that many
-    worker processes of this machine (module docstring).
+    worker processes of this machine, "auto" as many as `auto_processes` finds fastest (module docstring).
     """
     root = Path(out)
     index, count = worker_slot(shard_index, num_shards)
+    processes = parse_processes(processes)
+    if processes == "auto":
+        shards = len(plan_shards(config.dataset.split_sizes(), config.dataset.shard_size))
+        processes, why = auto_processes(config, shards, torch.get_num_threads(), count)
+        log.info("generation processes: %d (auto: %s)", processes, why)
+    assert isinstance(processes, int)
     if processes > 1:
         if count > 1:
             raise DatasetError(
@@ -122,8 +188,6 @@ def generate(
         return generate(
             config, root, progress=False
         )  # every shard is complete: checks them, writes the manifest
-    if processes < 1:
-        raise DatasetError(f"--processes must be at least 1, not {processes}")
     prepare_folder(root, config)
     shards = plan_shards(config.dataset.split_sizes(), config.dataset.shard_size)
     mine = [shard for g, shard in enumerate(shards) if g % count == index]
@@ -164,9 +228,10 @@ def generate_in_processes(config: Config, root: Path, processes: int, progress: 
     count = min(processes, len(shards))
     threads = max(1, torch.get_num_threads() // count)
     log.info("generating %d shard(s) in %d processes of %d thread(s) each", len(shards), count, threads)
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch or HDF5 state
+    context = multiprocessing.get_context(start_method(config, threads))
     workers = [
-        context.Process(target=worker_main, args=(config, str(root), i, count, threads)) for i in range(count)
+        context.Process(target=worker_main, args=(config, str(root), i, count, threads, os.getpid()))
+        for i in range(count)
     ]
     for worker in workers:
         worker.start()
@@ -189,8 +254,39 @@ def generate_in_processes(config: Config, root: Path, processes: int, progress: 
         )
 
 
-def worker_main(config: Config, root: str, index: int, count: int, threads: int) -> None:
+def start_method(config: Config, threads: int) -> str:
+    """How `generate_in_processes` starts its workers: "fork" on Linux for CPU generation at one thread per
+    worker from a process with no other Python thread and no CUDA context (a fork starts in milliseconds and
+    shares the loaded torch; a spawned interpreter imports torch and dynaforge again, 4-7 s on the AMD EPYC
+    while generating, measured), else "spawn" (a fresh interpreter: no forked OpenMP pool, CUDA or HDF5
+    state). A worker of one thread enters no OpenMP parallel region, so a pool the parent started is never
+    used in the child."""
+    forkable = (
+        sys.platform.startswith("linux")
+        and threads == 1
+        and threading.active_count() == 1
+        and not torch.cuda.is_initialized()
+        and resolve_device(config.dataset.device) == "cpu"
+    )
+    return "fork" if forkable else "spawn"
+
+
+def die_with_parent(parent: int) -> None:
+    """On Linux, this worker gets SIGKILL when the process that started it dies (a killed `generate` leaves
+    no orphan writing shards beside the rerun that resumes it)."""
+    if not sys.platform.startswith("linux"):
+        return
+    PR_SET_PDEATHSIG = 1
+    with_errors = ctypes.CDLL(None, use_errno=True)
+    with_errors.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the call above
+        os._exit(1)
+
+
+def worker_main(config: Config, root: str, index: int, count: int, threads: int, parent: int = 0) -> None:
     """One worker process of `generate_in_processes`: an expected failure is one `error:` line, exit 2."""
+    if parent:
+        die_with_parent(parent)
     torch.set_num_threads(threads)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:

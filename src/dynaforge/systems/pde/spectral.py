@@ -41,6 +41,7 @@ from dynaforge.systems.batching import (
 )
 from dynaforge.systems.pde.capture import CapturedSteps
 from dynaforge.systems.pde.etdrk import ETDCoefficients, etd_coefficients
+from dynaforge.systems.pde.fused import fused_etd_step
 from dynaforge.systems.pde.initial import draw_from_range, draw_initial_field
 from dynaforge.systems.pde.nonlinear import (
     Nonlinear,
@@ -235,6 +236,13 @@ class SpectralSystem(BlockSteppedSystem):
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
         return {}
 
+    def config_identity(self, device: str) -> dict[str, Any]:
+        """The config, less `fused` when it is false (datasets made before the key existed resume)."""
+        identity = super().config_identity(device)
+        if not identity.get("fused", True):
+            identity.pop("fused")
+        return identity
+
     def divergence_cause(self) -> str:
         config = self.config
         spacing = config.domain_length.high / config.resolution
@@ -366,8 +374,8 @@ class SpectralSystem(BlockSteppedSystem):
         `on_step(sample_steps)` is called after every step of a block with the number of samples it
         advanced; on a CUDA device, after every `save_every` steps with the samples times the steps. There
         each block's `save_every` steps and the inverse transform of the frame are captured as one CUDA
-        graph (`CapturedSteps`) and replayed, unless `cuda_graph` is false; the kernels are the same, so
-        are the numbers.
+        graph (`CapturedSteps`) and replayed, unless `cuda_graph` is false or `system.fused` is set; the
+        kernels are the same, so are the numbers. `system.fused` runs `fused_etd_step` instead (fused.py).
         """
         initial, params, steps, save_every, frames, report, cuda_graph = run
         device = initial.device
@@ -379,6 +387,12 @@ class SpectralSystem(BlockSteppedSystem):
             offset = torch.tensor(offset, dtype=self.real_dtype, device=device).view(-1, *([1] * self.ndim))
 
         padded = self.padded_rows(device)
+        fused = self.config.fused
+
+        def step(v: Tensor, ops: SpectralOperators) -> Tensor:
+            if fused and ops.nonlinear is not None:
+                return fused_etd_step(v, ops.coefficients, ops.nonlinear)
+            return etd_step(v, ops)
 
         def run_block(rows: slice) -> None:
             count = rows.stop - rows.start
@@ -395,7 +409,7 @@ class SpectralSystem(BlockSteppedSystem):
                     torch.add(physical[:count], offset, out=frame)
 
             done = 0
-            if cuda_graph and device.type == "cuda" and steps >= save_every:
+            if cuda_graph and not fused and device.type == "cuda" and steps >= save_every:
                 captured = CapturedSteps.capture(lambda x: etd_step(x, ops), save_every, self.to_physical, v)
                 if captured is not None:
                     while done + save_every <= steps:
@@ -406,7 +420,7 @@ class SpectralSystem(BlockSteppedSystem):
                             report(count * save_every)
                     v = captured.state
             for n in range(done + 1, steps + 1):
-                v = etd_step(v, ops)
+                v = step(v, ops)
                 if n % save_every == 0:
                     write_frame(n, self.to_physical(v))
                 if report is not None:
