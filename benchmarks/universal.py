@@ -208,10 +208,13 @@ def score(model: torch.nn.Module, normalizer: Any, test: torch.Tensor) -> dict[s
             autoregressive_rollout(model, ModelInput(frames=inputs[:, :2]), frames - 2), 1
         )
         per_frame = nrmse_per_frame(rolled, test[:, 2:])
+        error, truth = rolled[:, :ROLLOUT] - test[:, 2 : 2 + ROLLOUT], test[:, 2 : 2 + ROLLOUT]
+        pooled = error.pow(2).sum().sqrt() / truth.pow(2).sum().sqrt()
     return {
         "one_step": float(one_step),
         f"rollout{ROLLOUT}": float(per_frame[:ROLLOUT].mean()),
         f"rollout{frames - 2}": float(per_frame.mean()),
+        f"rollout{ROLLOUT}_pooled": float(pooled),
     }
 
 
@@ -355,6 +358,29 @@ def records_of(detail: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return records
 
 
+def combined(parts: list[Path]) -> dict[str, Any]:
+    """The details of `--part` runs as one: their cases, the first one's pretraining, settings and machine
+    (the parts must share the pretrained run and settings)."""
+    if not parts:
+        raise SystemExit("--combine: no part-*.json in --work (run the cases with --part first)")
+    details = [json.loads(part.read_text()) for part in parts]
+    first = details[0]
+    for other, part in zip(details[1:], parts[1:], strict=True):
+        if (
+            other["settings"] != first["settings"]
+            or other["pretrain"]["wall_s"] != first["pretrain"]["wall_s"]
+        ):
+            raise SystemExit(
+                f"--combine: {part} has other settings or another pretrained run than {parts[0]}"
+            )
+    machines = sorted({d["machine"] for d in details})
+    return {
+        **first,
+        "cases": {k: v for d in details for k, v in d["cases"].items()},
+        "machine": "; ".join(machines),
+    }
+
+
 QUICK_PRETRAIN = ["dataset.n_train=32", "dataset.n_val=8", "data.stream.buffer=16", "train.log_every=5"]
 """The smoke run's pretraining: 32 trajectories an epoch."""
 
@@ -371,15 +397,29 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=32, help="test trajectories per case")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--work", default="/tmp/dynaforge-universal", help="pretrained run and datasets")
+    parser.add_argument(
+        "--part",
+        action="store_true",
+        help="measure --cases only, into WORK/part-CASES.json (cases run in parallel processes; then --combine)",
+    )
+    parser.add_argument("--combine", action="store_true", help="write the results of WORK's part-*.json")
     args = parser.parse_args()
     if args.quick:
         args.pretrain_seconds, args.sizes, args.seeds, args.steps, args.test = 3.0, "4,16", 1, 20, 4
     torch.set_num_threads(1)
     results = quick_path(RESULTS) if args.quick else RESULTS
-    with tempfile.TemporaryDirectory() as quick_work:
-        work = Path(quick_work if args.quick else args.work)
-        work.mkdir(parents=True, exist_ok=True)
-        detail = measure(args, work)
+    if args.combine:
+        detail = combined(sorted(Path(args.work).glob("part-*.json")))
+    else:
+        with tempfile.TemporaryDirectory() as quick_work:
+            work = Path(quick_work if args.quick else args.work)
+            work.mkdir(parents=True, exist_ok=True)
+            detail = measure(args, work)
+        if args.part:
+            part = Path(args.work) / f"part-{args.cases.replace(',', '+')}.json"
+            atomic_write_json(part, detail)
+            print(f"wrote {part}")
+            return
     atomic_write_json(results.with_name("universal.detail.json"), detail)
     records = records_of(detail, f"rollout{ROLLOUT}") + records_of(detail, "one_step")
     atomic_write_json(results, records)

@@ -33,7 +33,7 @@ from dynaforge.config import Config
 from dynaforge.data import Window
 from dynaforge.data.sources import SplitWindows, WindowSources, window_sources
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout, build_model
-from dynaforge.models.loading import pretrained_weights
+from dynaforge.models.loading import pretrained_surrogate, pretrained_weights
 from dynaforge.train.capture import compile_model
 from dynaforge.train.distributed import sum_across_ranks
 from dynaforge.train.engine import Engine, TrainSummary
@@ -77,6 +77,9 @@ class WindowTask:
     def setup(self, context: EngineContext) -> None:
         self.context = context
         cluster = context.cluster
+        kept = None
+        if self.init_from is not None and self.config.data.finetune_normalize == "pretrained":
+            kept = pretrained_surrogate(self.init_from).normalizer  # the scale the weights were trained on
         self.sources = sources = window_sources(
             self.config,
             self.data_root,
@@ -87,6 +90,7 @@ class WindowTask:
             world_size=cluster.world_size,
             drop_last=context.capturing,  # a captured graph has one batch shape
             windows=self.dataset,
+            normalizer=kept,
         )
         self.normalizer, self.identity, self.fingerprint = (
             sources.normalizer,
