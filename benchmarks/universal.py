@@ -170,10 +170,16 @@ def dataset(config_path: Path, root: Path, seed: int, n_train: int, n_test: int 
     return folder
 
 
-def downstream_config(data: Path, n: int, seed: int, lr: float, steps: int, rollout_steps: int) -> Config:
+def downstream_config(
+    data: Path, n: int, seed: int, lr: float, steps: int, rollout_steps: int, normalize: str = "pretrained"
+) -> Config:
     """The case's config for a run on `data` (n trajectories), trained unrolled `rollout_steps` times: the
-    epochs nearest `steps` optimiser steps."""
-    fixed = [f"train.seed={seed}", f"train.rollout_steps={rollout_steps}"]
+    epochs nearest `steps` optimiser steps; `normalize`: `data.finetune_normalize`."""
+    fixed = [
+        f"train.seed={seed}",
+        f"train.rollout_steps={rollout_steps}",
+        f"data.finetune_normalize={normalize}",
+    ]
     config = load_config(data / "config.yaml", fixed)
     frames = config.system.steps // config.system.save_every + 1
     windows = n * (frames - config.data.history - config.data.horizon * rollout_steps + 1)
@@ -258,7 +264,9 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     ("finetune", args.finetune_lr, run),
                     ("scratch", args.scratch_lr, None),
                 ):
-                    config = downstream_config(data, n, seed, lr, args.steps, args.rollout_steps)
+                    config = downstream_config(
+                        data, n, seed, lr, args.steps, args.rollout_steps, args.finetune_normalize
+                    )
                     with tempfile.TemporaryDirectory() as scratch:
                         result = train_and_score(config, data, test, init, Path(scratch))
                     runs.append({"arm": arm, "n": n, "seed": seed, "lr": lr, **result})
@@ -275,6 +283,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "finetune_lr": args.finetune_lr,
         "scratch_lr": args.scratch_lr,
         "rollout_steps": args.rollout_steps,
+        "finetune_normalize": args.finetune_normalize,
         "sizes": sizes,
         "seeds": args.seeds,
     }
@@ -405,6 +414,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per size and arm")
     parser.add_argument("--steps", type=int, default=1000, help="optimiser steps of every downstream run")
     parser.add_argument("--finetune-lr", type=float, default=3e-3)
+    parser.add_argument(
+        "--finetune-normalize",
+        choices=("pretrained", "data"),
+        default="pretrained",
+        help="data.finetune_normalize of the fine-tuned arm",
+    )
     parser.add_argument(
         "--rollout-steps", type=int, default=2, help="train.rollout_steps of both arms (unrolled training)"
     )
