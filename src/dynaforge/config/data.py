@@ -88,7 +88,7 @@ class DataConfig:
     """Fine-tuning (`dynaforge train --from RUN`): `pretrained` normalises with the pretrained run's
     statistics, so the pretrained weights read fields on the scale they were trained on (and the fine-tuned
     checkpoint keeps them); `data` renormalises with this data's own (as `normalize` says). Keeping the
-    pretrained statistics cut the viscous-Burgers fine-tuning's rollout error 2.2x (docs/mixture.md)."""
+    pretrained statistics cut a viscous-Burgers fine-tuning's 10-step rollout error 1.9x (docs/mixture.md)."""
     num_workers: int = checked(0, check=NON_NEGATIVE)
     """DataLoader worker processes; 0 reads in the main process (with `reading: lazy` each worker opens its
     own HDF5 handles and holds its own buffer). Not used by the stream, which has `data.stream.workers`."""
