@@ -108,3 +108,19 @@ def test_fine_tuning_keeps_the_pretrained_normaliser_unless_told(
     # The checkpoint round-trips the normaliser the run trained with, and the loaded surrogate uses it.
     assert load_checkpoint(out / "checkpoints" / "last.pt")["normalization"] == (theirs if keep else ours)
     assert load_surrogate(out).normalizer.to_dict() == (theirs if keep else ours)
+
+
+def test_a_fine_tuning_run_resumed_without_its_from_is_refused(
+    pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Without --from it would normalise with the data's own statistics, not the pretrained ones it trained on.
+    out = tmp_path / "finetuned"
+    assert main(["train", TINY, *STREAM, "--from", str(pretrained), "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    again = ["train", TINY, *STREAM, "--out", str(out), "--resume", "--no-progress"]
+    assert main(again) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "resume a fine-tuning run with the same --from RUN" in err[0]
+    assert (
+        main([*again[:-2], "--from", str(pretrained), "--resume", "--no-progress"]) == 0
+    )  # with it, it goes on

@@ -32,6 +32,7 @@ from torch.utils.data import default_collate
 from dynaforge.config import Config
 from dynaforge.data import Window
 from dynaforge.data.sources import SplitWindows, WindowSources, window_sources
+from dynaforge.errors import RunError
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout, build_model
 from dynaforge.models.loading import pretrained_surrogate, pretrained_weights
 from dynaforge.train.capture import compile_model
@@ -250,8 +251,16 @@ class WindowTask:
         }
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Nothing beyond what the engine restores: the windows are read (or generated) again, their order
-        a function of the epoch and position."""
+        """Nothing beyond what the engine restores (the windows are read or generated again, their order a
+        function of the epoch and position), once the run is seen to normalise as before: a fine-tuning run
+        resumed without its `--from` (or with another `data.finetune_normalize`) would not."""
+        before = state.get("normalization")
+        if before is not None and before != self.normalizer.to_dict():
+            raise RunError(
+                f"the run being resumed normalised its fields with {before}, this one would with "
+                f"{self.normalizer.to_dict()}: resume a fine-tuning run with the same --from RUN and "
+                "data.finetune_normalize it started with"
+            )
 
     def close(self) -> None:
         """Stop the stream's generator thread, if any (training is over)."""
