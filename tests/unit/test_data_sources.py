@@ -313,3 +313,22 @@ def test_training_that_waits_for_data_is_told_so_once_with_what_to_change(
         task.data_measures()
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "waited for data" in warnings[0] and "data.num_workers" in warnings[0]
+
+
+def test_a_given_normaliser_replaces_the_datas_own_and_must_have_its_channels(tiny_data: Path) -> None:
+    # Fine-tuning keeps the pretrained run's statistics (data.finetune_normalize: pretrained).
+    config = load_config(TINY)
+    kept = Normalizer([0.25], [3.0])
+    sources = window_sources(config, tiny_data, torch.device("cpu"), seed=0, epochs=1, normalizer=kept)
+    frames = DatasetFolder(tiny_data).split_frames("train")
+    assert sources.normalizer is kept
+    assert torch.allclose(sources.train[0][0], (frames[0][:2] - 0.25) / 3.0)
+    with pytest.raises(ConfigError, match="normalises 2 channel"):
+        window_sources(
+            config,
+            tiny_data,
+            torch.device("cpu"),
+            seed=0,
+            epochs=1,
+            normalizer=Normalizer([0.0, 0.0], [1.0, 1.0]),
+        )

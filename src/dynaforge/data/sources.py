@@ -87,11 +87,13 @@ def window_sources(
     world_size: int = 1,
     drop_last: bool = False,
     windows: SplitWindows | None = None,
+    normalizer: Normalizer | None = None,
 ) -> WindowSources:
     """The train and val windows of `config` (see the module docstring) for rank `rank` of `world_size`
     training `epochs` epochs on `device`, ordered by `seed`; `drop_last`: the train loader drops a last
     partial batch. `windows`: a task's own windows of a folder's splits instead of the config's (held in
-    memory, ordered like them)."""
+    memory, ordered like them). `normalizer`: the statistics to normalise with instead of the data's own (a
+    fine-tuning run keeps its pretrained run's, `data.finetune_normalize`); as many channels as the data."""
     streaming = config.data.source == "stream"
     if data_root is None and not streaming:
         raise ConfigError(
@@ -109,9 +111,14 @@ def window_sources(
         identity, fingerprint = data_identity(folder), data_fingerprint(folder)
     else:
         identity, fingerprint = stream_identity(config)
-    normalizer = stream_normalizer(config) if streaming else folder_normalizer(folder)
-    if config.data.normalize == "none":
-        normalizer = Normalizer.identity(normalizer.channels)
+    own = stream_normalizer(config) if streaming else folder_normalizer(folder)
+    if normalizer is not None and normalizer.channels != own.channels:
+        raise ConfigError(
+            f"the pretrained model normalises {normalizer.channels} channel(s), this config's data has "
+            f"{own.channels}: fine-tune on a system of as many channels"
+        )
+    if normalizer is None:
+        normalizer = Normalizer.identity(own.channels) if config.data.normalize == "none" else own
 
     data = config.data
     targets = data.horizon * config.train.rollout_steps

@@ -158,6 +158,17 @@ def load_surrogate(
     )
 
 
+def pretrained_surrogate(run: str | Path) -> LoadedModel:
+    """The surrogate of run folder (or checkpoint file) `run` (`load_surrogate`: its best checkpoint, else
+    its last) to fine-tune from; a `ConfigError` naming `--from` when it holds none."""
+    try:
+        return load_surrogate(run)
+    except FileNotFoundError as error:
+        raise ConfigError(f"--from {run}: {error} (a run folder of `dynaforge train`)") from None
+    except DynaforgeError as error:
+        raise ConfigError(f"--from {run}: {error}") from None
+
+
 def pretrained_weights(run: str | Path, model: ModelConfig, shape: ModelShape) -> dict[str, torch.Tensor]:
     """The weights of the surrogate in run folder (or checkpoint file) `run` (`load_surrogate`: its best
     checkpoint, else its last), for a model built from `model` to read data of `shape` (`dynaforge train
@@ -165,12 +176,7 @@ def pretrained_weights(run: str | Path, model: ModelConfig, shape: ModelShape) -
     when the pretrained model's architecture or shape is not the one asked for (the spatial resolution may
     differ: the registry's models read any grid of their number of axes)."""
     where = f"--from {run}"
-    try:
-        loaded = load_surrogate(run)
-    except FileNotFoundError as error:
-        raise ConfigError(f"{where}: {error} (a run folder of `dynaforge train`)") from None
-    except DynaforgeError as error:
-        raise ConfigError(f"{where}: {error}") from None
+    loaded = pretrained_surrogate(run)
     differences = [
         f"model.{line} (pretrained != this config)"
         for line in config_differences(config_to_dict(loaded.config.model), config_to_dict(model))

@@ -32,8 +32,9 @@ from torch.utils.data import default_collate
 from dynaforge.config import Config
 from dynaforge.data import Window
 from dynaforge.data.sources import SplitWindows, WindowSources, window_sources
+from dynaforge.errors import RunError
 from dynaforge.models import ModelInput, ModelShape, autoregressive_rollout, build_model
-from dynaforge.models.loading import pretrained_weights
+from dynaforge.models.loading import pretrained_surrogate, pretrained_weights
 from dynaforge.train.capture import compile_model
 from dynaforge.train.distributed import sum_across_ranks
 from dynaforge.train.engine import Engine, TrainSummary
@@ -77,6 +78,9 @@ class WindowTask:
     def setup(self, context: EngineContext) -> None:
         self.context = context
         cluster = context.cluster
+        kept = None
+        if self.init_from is not None and self.config.data.finetune_normalize == "pretrained":
+            kept = pretrained_surrogate(self.init_from).normalizer  # the scale the weights were trained on
         self.sources = sources = window_sources(
             self.config,
             self.data_root,
@@ -87,6 +91,7 @@ class WindowTask:
             world_size=cluster.world_size,
             drop_last=context.capturing,  # a captured graph has one batch shape
             windows=self.dataset,
+            normalizer=kept,
         )
         self.normalizer, self.identity, self.fingerprint = (
             sources.normalizer,
@@ -246,8 +251,16 @@ class WindowTask:
         }
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Nothing beyond what the engine restores: the windows are read (or generated) again, their order
-        a function of the epoch and position."""
+        """Nothing beyond what the engine restores (the windows are read or generated again, their order a
+        function of the epoch and position), once the run is seen to normalise as before: a fine-tuning run
+        resumed without its `--from` (or with another `data.finetune_normalize`) would not."""
+        before = state.get("normalization")
+        if before is not None and before != self.normalizer.to_dict():
+            raise RunError(
+                f"the run being resumed normalised its fields with {before}, this one would with "
+                f"{self.normalizer.to_dict()}: resume a fine-tuning run with the same --from RUN and "
+                "data.finetune_normalize it started with"
+            )
 
     def close(self) -> None:
         """Stop the stream's generator thread, if any (training is over)."""
