@@ -149,7 +149,7 @@ def fused_stages() -> FusedStages:
 def fused_step_guarantees() -> None:
     """Refuse the fused step where its numbers could depend on the batch: inductor must compile without
     floating-point contraction (its default, `-ffp-contract=off`)."""
-    from torch._inductor import config as inductor_config
+    from torch._inductor import config as inductor_config  # lazy: inductor loads only for the fused path
 
     contract = inductor_config.cpp.enable_floating_point_contract_flag
     if contract != "off":
