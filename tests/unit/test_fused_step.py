@@ -103,9 +103,13 @@ def test_fused_generation_is_the_same_bytes_for_any_batch_and_thread_count(
     )
 
 
-def test_fused_is_refused_where_inductor_would_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fused_is_refused_where_inductor_would_contract() -> None:
     from torch._inductor import config as inductor_config
 
-    monkeypatch.setattr(inductor_config.cpp, "enable_floating_point_contract_flag", "fast")
-    with pytest.raises(ConfigError, match=r"needs inductor's C\+\+ floating-point contraction off"):
+    # inductor's own patch context (monkeypatch's undo left the flag unreadable for later compilations)
+    with (
+        inductor_config.patch({"cpp.enable_floating_point_contract_flag": "fast"}),
+        pytest.raises(ConfigError, match=r"needs inductor's C\+\+ floating-point contraction off"),
+    ):
         fused_step_guarantees()
+    assert inductor_config.cpp.enable_floating_point_contract_flag == "off"
