@@ -33,7 +33,7 @@ from dynaforge.config import Config, resolve_device
 from dynaforge.errors import DynaforgeError
 from dynaforge.machine import local_rank_device
 from dynaforge.models.loading import controller_for
-from dynaforge.store.format import DatasetError, plan_shards
+from dynaforge.store.format import DatasetError, plan_shards, read_record
 from dynaforge.store.writer import batches as writer_batches
 from dynaforge.store.writer import prepare_folder, shard_is_complete, update_manifest, write_shard
 from dynaforge.systems import NBody, System, build_system
@@ -185,9 +185,11 @@ def generate(
                 "(--shard-index/--num-shards, torchrun or a SLURM array); drop one or the other"
             )
         generate_in_processes(config, root, processes, progress)
-        return generate(
-            config, root, progress=False
-        )  # every shard is complete: checks them, writes the manifest
+        # Each worker checked the shards it wrote (their SHA-256 is taken as they are written); the manifest
+        # is rebuilt from their records with a `stat` per shard, not a second pass over every byte. Should
+        # one be missing, the pass of one process below finds and makes it.
+        manifest = update_manifest(root, config, system_for(config, generation_device(config.dataset.device)))
+        return manifest if manifest["complete"] else generate(config, root, progress=False)
     prepare_folder(root, config)
     shards = plan_shards(config.dataset.split_sizes(), config.dataset.shard_size)
     mine = [shard for g, shard in enumerate(shards) if g % count == index]
@@ -241,7 +243,10 @@ def generate_in_processes(config: Config, root: Path, processes: int, progress: 
         with tqdm(total=total, unit="sample-step", unit_scale=True, disable=disabled, desc="generate") as bar:
             while any(worker.is_alive() for worker in workers):
                 multiprocessing.connection.wait([w.sentinel for w in workers if w.is_alive()], 1.0)
-                done = sum(shard.size for shard in shards if shard_is_complete(root, shard))
+                # A record is written after its shard (and checked by its worker): reading the records
+                # costs nothing beside the workers, where `shard_is_complete` would hash every finished file
+                # again each second.
+                done = sum(shard.size for shard in shards if read_record(root / shard.record) is not None)
                 bar.update(done * config.system.steps - bar.n)
     finally:
         for worker in workers:  # Ctrl-C: the workers got it too; wait for them to stop

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-import scipy.fft
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -144,6 +143,8 @@ def cosine_series_on_grid(coefficients: np.ndarray, points: int) -> np.ndarray:
     weights = np.full(points, 0.5)
     weights[[0, -1]] = 1.0
     weighted = padded * weights[:, None] * weights[None, :]
+    import scipy.fft  # lazy: scipy.fft loads scipy.special (0.3-0.5 s), only Darcy's permeability needs it
+
     return scipy.fft.dct(scipy.fft.dct(weighted, type=1, axis=0, workers=1), type=1, axis=1, workers=1)
 
 

@@ -31,7 +31,11 @@ class ZeroPadded(threading.local):
     (`zero_padded`)."""
 
     def __init__(self) -> None:
-        self.buffers: dict[tuple[tuple[int, ...], int, torch.dtype, torch.device, bool], Tensor] = {}
+        # Each buffer with the view of its leading columns that calls write: indexing the buffer anew on
+        # every call cost 4.5 us of Python (as much as the copy; 64 x 171 complex64 values, AMD EPYC).
+        self.buffers: dict[
+            tuple[tuple[int, ...], int, torch.dtype, torch.device, bool], tuple[Tensor, Tensor]
+        ] = {}
 
 
 ZERO_PADDED = ZeroPadded()
@@ -54,12 +58,14 @@ def zero_padded(band: Tensor, width: int) -> Tensor:
         return F.pad(band, (0, width - band.shape[-1]))
     shape = (*band.shape[:-1], width)
     key = (shape, band.shape[-1], band.dtype, band.device, torch.is_inference_mode_enabled())
-    buffer = ZERO_PADDED.buffers.get(key)
-    if buffer is None:
+    kept = ZERO_PADDED.buffers.get(key)
+    if kept is None:
         if len(ZERO_PADDED.buffers) >= PADDED_KEPT:
             ZERO_PADDED.buffers.clear()
-        buffer = ZERO_PADDED.buffers[key] = torch.zeros(shape, dtype=band.dtype, device=band.device)
-    buffer[..., : band.shape[-1]].copy_(band)
+        buffer = torch.zeros(shape, dtype=band.dtype, device=band.device)
+        kept = ZERO_PADDED.buffers[key] = (buffer, buffer[..., : band.shape[-1]])
+    buffer, leading = kept
+    leading.copy_(band)
     return buffer
 
 
@@ -85,7 +91,13 @@ def conservative_quadratic(system: Grid) -> Nonlinear:
         u = torch.fft.irfft(zero_padded(v[..., :kept], grid // 2 + 1), n=grid)  # on the product grid
         return torch.fft.rfft(u * u)[..., :modes]
 
-    return nonlinear
+    def nonlinear_on_own_grid(v: Tensor) -> Tensor:
+        # The product grid is the n-point grid (n = 2^a or 3 * 2^a): the product's spectrum is the modes
+        # wanted, no slice to take (a view of every column: the same values, 1-2 us of Python less).
+        u = torch.fft.irfft(zero_padded(v[..., :kept], modes), n=grid)
+        return torch.fft.rfft(u * u)
+
+    return nonlinear_on_own_grid if grid == n else nonlinear
 
 
 def quadratic_multiplier(system: Grid, k: Tensor, mask: Tensor) -> Tensor:

@@ -15,7 +15,6 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy.stats import qmc
 
 from dynaforge.config import ParameterSpec
 from dynaforge.errors import ConfigError
@@ -37,6 +36,8 @@ def sobol_seed(base_seed: int, split_id: int) -> int:
 
 def sobol_points(dimensions: int, start: int, stop: int, seed: int) -> np.ndarray:
     """Points start..stop-1 (float64, (stop - start, dimensions)) of the scrambled sequence of `seed`."""
+    from scipy.stats import qmc  # lazy: scipy.stats takes 1-2 s to import, only random CNN parameters need it
+
     sampler = qmc.Sobol(d=dimensions, scramble=True, rng=np.random.default_rng(seed))
     if start:
         sampler.fast_forward(start)
@@ -53,6 +54,8 @@ def centred_discrepancy(points: np.ndarray) -> float:
     """Centred L2 discrepancy of points in the unit cube (lower is more uniform)."""
     if len(points) < 2:
         return float("nan")
+    from scipy.stats import qmc  # lazy: scipy.stats takes 1-2 s to import (see sobol_points)
+
     return float(qmc.discrepancy(points, method="CD"))
 
 
