@@ -5,7 +5,7 @@
 
 Each run is the whole `dynaforge generate` command, as a user types it (a fresh interpreter, its imports
 included), of Burgers N=256 (configs/burgers1d.yaml: ETDRK4, dt 0.01, 200 steps, 101 frames) with 2,048
-samples in 8 shards of 256 and batches of 256 (two solver blocks of 128 per batch, so that one process of two
+samples (times `--scale`) in shards of 256 and batches of 256 (two solver blocks of 128 per batch, so that one process of two
 threads has two blocks to run side by side). Three configurations, alternated `--repeats` times:
 - `--processes 2` (what `--processes auto` picks here): two processes of one thread each;
 - `--processes 1` with OMP_NUM_THREADS=2: one process, its blocks on two threads (the default threads);
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import statistics
@@ -37,13 +38,19 @@ from smoke import quick_path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "generate_processes.json"
-FULL = [
-    "dataset.n_train=1536",
-    "dataset.n_val=256",
-    "dataset.n_test=256",
-    "dataset.shard_size=256",
-    "dataset.batch_size=256",
-]
+
+
+def full(scale: int) -> list[str]:
+    """The measured dataset: 2,048 samples (1,536 / 256 / 256) times `scale`, shards and batches of 256."""
+    return [
+        f"dataset.n_train={1536 * scale}",
+        f"dataset.n_val={256 * scale}",
+        f"dataset.n_test={256 * scale}",
+        "dataset.shard_size=256",
+        "dataset.batch_size=256",
+    ]
+
+
 QUICK = [
     "system.resolution=64",
     "system.steps=20",
@@ -79,8 +86,6 @@ def run_generate(overrides: list[str], out: Path, processes: str, threads: str) 
 
 def shard_digest(root: Path) -> str:
     """SHA-256 over the shard files' data as the manifest records it (per-sample hashes, in order)."""
-    import json
-
     manifest = json.loads((root / "manifest.json").read_text())
     digest = hashlib.sha256()
     for shard in manifest["shards"]:
@@ -105,9 +110,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat, to a temporary folder")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--scale",
+        type=int,
+        default=1,
+        help="dataset size: 2,048 samples times this (the command's fixed start-up weighs less on a larger one)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    overrides, repeats = (QUICK, 1) if args.quick else (FULL, args.repeats)
+    overrides, repeats = (QUICK, 1) if args.quick else (full(args.scale), args.repeats)
     out = quick_path(args.out) if args.quick else args.out
     work = Path(tempfile.mkdtemp(prefix="dynaforge-processes-"))
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}
@@ -130,8 +141,10 @@ def main() -> None:
         raise SystemExit(f"the variants wrote different samples: {len(digests)} distinct digests")
     load_after = load_note()
     median = {name: statistics.median(values) for name, values in times.items()}
-    samples = 16 if args.quick else 2048
-    case = "burgers_256 (ETDRK4, 200 steps, 101 frames)" + (" quick" if args.quick else "")
+    samples = 16 if args.quick else 2048 * args.scale
+    case = f"burgers_256 (ETDRK4, 200 steps, 101 frames), {samples} samples" + (
+        " quick" if args.quick else ""
+    )
     records = []
     for baseline in ("1 process, 2 threads", "1 process, 1 thread"):
         records.append(
@@ -150,11 +163,19 @@ def main() -> None:
                     f"the same per-sample SHA-256 in every run; a fresh interpreter's import of torch and "
                     f"dynaforge.generate {start_cost:.2f} s (in every command once); before: {load_before}; "
                     f"after: {load_after}; command: /work/wt/_notes/heavy2 .venv/bin/python "
-                    f"benchmarks/generate_processes.py"
+                    f"benchmarks/generate_processes.py --scale {args.scale}"
                 ),
             }
         )
-    atomic_write_json(out, records)
+    # Records of other dataset sizes are kept (those of before the size was named held 2,048 samples).
+    earlier = json.loads(out.read_text()) if out.exists() else []
+    old_label = "burgers_256 (ETDRK4, 200 steps, 101 frames)"
+    earlier = [
+        r | {"case": f"{old_label}, 2048 samples"} if r["case"] == old_label else r
+        for r in earlier
+        if not (r["case"] == case or (r["case"] == old_label and samples == 2048))
+    ]
+    atomic_write_json(out, earlier + records)
     for record in records:
         print(f"{record['case']}: {record['ratio']:.2f}x {record['baseline']}")
     print(f"wrote {out}")
