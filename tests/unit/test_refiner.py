@@ -15,6 +15,7 @@ from dynaforge.models import ModelInput, ModelShape, build_model
 from dynaforge.models.loading import model_from_checkpoint
 from dynaforge.models.refiner import (
     Refiner,
+    balanced,
     build_refiner,
     noise_levels,
     refined_rollout,
@@ -249,3 +250,32 @@ def test_a_fresh_refiner_predicts_no_change_like_a_fresh_residual_operator(name:
         torch.testing.assert_close(model(ModelInput(frames=frames)).frames, frames[:, -1:])
         assert torch.equal(refiner.first_estimate(frames), torch.zeros_like(frames[:, -1:]))
         torch.testing.assert_close(plain(ModelInput(frames=frames)).frames, frames[:, -1:])
+
+
+def test_balanced_loss_keeps_the_value_and_evens_the_gradient_per_k() -> None:
+    """`balance`: the same value as the plain mean; d/d(sample loss) = L / (G * L_k * n_k) for G groups of
+    k (each k's relative change counts alike), against 1 / n for the plain mean."""
+    per_sample = torch.tensor([1e-3, 3e-3, 0.5, 0.7, 0.9], dtype=torch.float64, requires_grad=True)
+    k = torch.tensor([0, 0, 1, 1, 3])
+    loss = balanced(per_sample, k)
+    total = float(per_sample.detach().mean())
+    assert float(loss.detach()) == pytest.approx(total, rel=1e-12)
+    loss.backward()
+    group_mean = {0: 2e-3, 1: 0.6, 3: 0.9}
+    count = {0: 2, 1: 2, 3: 1}
+    expected = [total / (3 * group_mean[int(v)] * count[int(v)]) for v in k]
+    assert per_sample.grad.tolist() == pytest.approx(expected, rel=1e-9)
+    # the k = 0 samples now carry most of the gradient (the plain mean gives each 1 / 5)
+    assert per_sample.grad[0] > 100 * per_sample.grad[2]
+
+
+def test_refiner_loss_balanced_has_the_plain_value() -> None:
+    model = refiner(3)
+    inputs = torch.randn(6, 2, 1, 32, dtype=torch.float32)
+    target = torch.randn(6, 1, 1, 32, dtype=torch.float32)
+    noise = torch.randn_like(target)
+    k = torch.tensor([0, 1, 2, 3, 0, 2])
+    with torch.no_grad():
+        plain = refiner_loss(model, inputs, target, k, noise)
+        even = refiner_loss(model, inputs, target, k, noise, balance=True)
+    torch.testing.assert_close(even, plain)

@@ -108,6 +108,10 @@ class RefinerStageConfig(StageConfig):
     release's `difference_weight`: the k = 0 loss and the noise levels are measured against d."""
     val_rollout: int = checked(10, check=AT_LEAST_ONE)
     """Refined steps of the validation rollout whose nRMSE chooses the best checkpoint."""
+    balance: bool = False
+    """Weight each refinement step k's loss by the inverse of its own batch mean (same value, equal share of
+    the gradient relative to its size; `models/refiner.py` `balanced`). False is the paper's plain mean,
+    in which the small k = 0 loss gets a small share."""
 
 
 @dataclass

@@ -75,8 +75,9 @@ class RefinerTask(StageTask):
             loss = mse_loss(refiner(ModelInput(frames=inputs)).frames.float(), wanted.float())
             return StepLoss(loss, loss)
         k = torch.randint(0, self.steps + 1, (inputs.shape[0],), device=inputs.device)
-        loss = refiner_loss(refiner, inputs, targets, k, torch.randn_like(targets))
-        return StepLoss(loss, loss)
+        noise = torch.randn_like(targets)
+        loss = refiner_loss(refiner, inputs, targets, k, noise, balance=self.stage.balance)
+        return StepLoss(loss, loss)  # balanced or not, the value is the plain mean
 
     def validate(self, model: nn.Module) -> float:
         """Mean nRMSE (normalised units) of `val_rollout`-step refined rollouts from evenly spaced val
