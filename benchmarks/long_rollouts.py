@@ -61,7 +61,7 @@ Against the paper's protocol (configs/ks_long_rollouts.yaml gives the protocol a
   sigma_min is the smallest variance, standard deviations 0.086, 0.0074, 6.3e-4), not through its
   v-prediction DDPM scheduler.
 
-`python benchmarks/long_rollouts.py` runs everything (about 25 minutes of one core); `--seed S` runs one
+`python benchmarks/long_rollouts.py` runs everything (about 40 minutes of one loaded core: about 13 per seed); `--seed S` runs one
 seed into the work folder (two seeds can run side by side, one per core), `--aggregate` writes the JSON
 from the seeds found there. `--quick` is the smoke run (tiny sizes, a few seconds per model; written to a
 temporary folder).
@@ -479,9 +479,10 @@ def main() -> None:
     results = [json.loads(seed_file(work, s).read_text()) for s in seeds if seed_file(work, s).exists()]
     command = "python benchmarks/long_rollouts.py" + (" --quick" if args.quick else "")
     if args.aggregate:
+        found = ", ".join(str(r["seed"]) for r in results)
         command = (
-            "python benchmarks/long_rollouts.py --seed S --work W for S = 0, 1, 2 (two at a time, one thread "
-            "each, under the machine's two-slot semaphore), then --aggregate --work W"
+            f"python benchmarks/long_rollouts.py --seed S --work W for S = {found} (one thread each, under "
+            "the machine's two-slot semaphore), then --aggregate --work W"
         )
     atomic_write_json(out, aggregate(results, size, command))
     print(f"wrote {out}")
