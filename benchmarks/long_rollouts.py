@@ -61,9 +61,9 @@ Against the paper's protocol (configs/ks_long_rollouts.yaml gives the protocol a
   sigma_min is the smallest variance, standard deviations 0.086, 0.0074, 6.3e-4), not through its
   v-prediction DDPM scheduler.
 
-`python benchmarks/long_rollouts.py` runs everything (about 40 minutes of one loaded core: about 13 per seed); `--seed S` runs one
-seed into the work folder (two seeds can run side by side, one per core), `--aggregate` writes the JSON
-from the seeds found there. `--quick` is the smoke run (tiny sizes, a few seconds per model; written to a
+`python benchmarks/long_rollouts.py` runs everything (about 40 minutes of one loaded core, 13 per seed);
+`--seed S` runs one seed into the work folder (two seeds can run side by side, one per core), `--aggregate`
+writes the JSON from the seeds found there. `--quick` is the smoke run (tiny sizes, a few seconds per model; written to a
 temporary folder).
 """
 
