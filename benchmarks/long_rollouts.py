@@ -11,16 +11,21 @@ dataset is generated once (dataset seed 0) and shared by every model and seed.
 Trained on the same windows (one input frame, one frame out), each for the same wall-clock budget
 (`train.time_budget` = BUDGET seconds, one thread; the engine turns it into whole epochs), per seed
 (`train.seed` = 0, 1, 2: initialisation, data order, refinement noise):
-- `mse_operator`: stage `refiner` with K = 0: the operator (configs/ks_long_rollouts.yaml's FNO, width 32,
-  32 modes, 4 layers) trained with the one-step MSE alone, one call per step (the refiner's own network:
-  its two extra input frames are always zero);
+- `mse_operator`: stage `refiner` with K = 0: the operator (OPERATOR: dynaforge's U-Net, 16 channels, 4
+  levels, circular padding, the best plain model here and the paper's architecture family; until
+  2026-11-28 the preset's FNO) trained with the one-step MSE alone, one call per step (the refiner's own
+  network: its two extra input frames are always zero);
 - `refiner`: stage `refiner` with K = 3 and sigma_min = 4e-7 (the public release's KS settings), K + 1 = 4
   calls per step; the same architecture, the same budget;
+- `refiner_first`: not trained: the refiner's own k = 0 prediction alone (K = 0 at inference, one call per
+  step), to tell what the K denoising calls add from what the shared training costs the first estimate;
 - `student`: stage `refiner_distill`, one call per step, started from the refiner's weights and trained for
   another BUDGET seconds to reproduce its 4-call prediction (so the stack with the student has had 2x the
   training time of the MSE operator: said in every record that uses it);
-- `fno`: the same FNO through the plain windows trainer (`dynaforge train`'s path: residual, MSE);
-- `unet`: dynaforge's U-Net (16 channels, 4 levels, circular padding), plain windows trainer.
+- `fno`: configs/ks_long_rollouts.yaml's FNO (width 32, 32 modes, 4 layers) through the plain windows
+  trainer (`dynaforge train`'s path: residual, MSE);
+- `unet`: the operator's U-Net through the plain windows trainer (the same network as `mse_operator`
+  through the other trainer: a check that the K = 0 stage trains as well as the plain path).
 
 Scored on the test split, in normalised units (the Pearson correlation does not change under the per-channel
 affine normalisation), from the true frame START_FRAME (t = 72, past the burn-in) for ROLLOUT frames:
@@ -29,7 +34,8 @@ affine normalisation), from the true frame START_FRAME (t = 72, past the burn-in
   error; per model the mean over the 3 seeds with the standard error over seeds; a trajectory that never
   falls below within the rollout counts its length (censored; the notes count them);
 - the refiner is scored on one draw of its refinement noise (ensemble member 0);
-- one-step nRMSE (the first predicted frame);
+- one-step nRMSE (the first predicted frame); for the refiner also after each of its K + 1 calls (the
+  k = 0 estimate, then each denoising step; one noise draw);
 - cost per rollout step: network calls (counted with a hook) and milliseconds for the batch of test
   trajectories on one thread (fastest of 3 timed 10-step rollouts);
 - an ensemble of MEMBERS refiner draws (different noise, same weights): spread-skill ratio (RMS of the
@@ -47,14 +53,17 @@ Against the paper's protocol (configs/ks_long_rollouts.yaml gives the protocol a
   stays correlated past 80 time units is censored there (the paper's MSE U-Net holds about 75);
 - training: BUDGET = 80 s of one shared core per model (about 1k optimiser steps at batch 64) against
   400 epochs of batch 128 on a GPU (about 890k steps): the models here are far from converged;
-- the operator is an FNO (dynaforge's), not the paper's modern U-Net of 64 channels; no dt/dx conditioning
+- the operator is dynaforge's U-Net of 16 channels, not the paper's modern U-Net of 64 channels (with
+  attention-free residual blocks and k embedded as a conditioning vector, not an input frame); no dt/dx conditioning
   (L varies by 10%), no EMA, dynaforge's cosine schedule (lr 1e-3), AdamW;
 - the refiner predicts the noise (the paper's form) added to the change over one step divided by 0.3 (the
-  release's `predict_difference`, `difference_weight`), not the release's v-prediction DDPM scheduler.
+  release's `predict_difference`, `difference_weight`), at the release's noise levels (its DDPM schedule:
+  sigma_min is the smallest variance, standard deviations 0.086, 0.0074, 6.3e-4), not through its
+  v-prediction DDPM scheduler.
 
-`python benchmarks/long_rollouts.py` runs everything (about 25 minutes of one core); `--seed S` runs one
-seed into the work folder (two seeds can run side by side, one per core), `--aggregate` writes the JSON
-from the seeds found there. `--quick` is the smoke run (tiny sizes, a few seconds per model; written to a
+`python benchmarks/long_rollouts.py` runs everything (about 40 minutes of one loaded core, 13 per seed);
+`--seed S` runs one seed into the work folder (two seeds can run side by side, one per core), `--aggregate`
+writes the JSON from the seeds found there. `--quick` is the smoke run (tiny sizes, a few seconds per model; written to a
 temporary folder).
 """
 
@@ -65,6 +74,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -73,7 +83,7 @@ import torch
 from torch import nn
 
 from dynaforge.atomic import atomic_write_json
-from dynaforge.config import Config, UNetConfig, load_config
+from dynaforge.config import Config, FNOConfig, UNetConfig, load_config
 from dynaforge.data.normalize import Normalizer
 from dynaforge.generate import generate
 from dynaforge.metrics.ensemble import spread_error_correlation
@@ -95,6 +105,12 @@ CONFIG = ROOT / "configs" / "ks_long_rollouts.yaml"
 SEEDS = (0, 1, 2)
 REFINEMENT_STEPS = 3
 """K of the public release's KS config."""
+BALANCE = True
+"""`stages.refiner.balance`: each k's loss weighted by the inverse of its batch mean (not the paper's plain
+mean; a one-seed probe, docs/long_rollouts.md: the paper's mean left the k = 0 estimate 2.6x worse than
+the MSE operator's at this budget)."""
+OPERATOR = UNetConfig(channels=16, levels=4)
+"""The operator of `mse_operator`, `refiner` and `student` (and the plain `unet`)."""
 PAPER = {"mse_unet": 75.0, "pde_refiner": 98.0}
 """The paper's high-correlation times on KS (time units), as the issue gives them (about)."""
 
@@ -121,6 +137,11 @@ SIZES = {
 
 
 def base_config(size: Sizes, seed: int, steps: int = REFINEMENT_STEPS) -> Config:
+    """The preset at `size` with OPERATOR as its model (`preset_config`'s FNO is the plain `fno`)."""
+    return dataclasses.replace(preset_config(size, seed, steps), model=OPERATOR)
+
+
+def preset_config(size: Sizes, seed: int, steps: int = REFINEMENT_STEPS) -> Config:
     return load_config(
         CONFIG,
         [
@@ -135,6 +156,7 @@ def base_config(size: Sizes, seed: int, steps: int = REFINEMENT_STEPS) -> Config
             "train.device=cpu",
             "train.log_every=100",
             f"stages.refiner.steps={steps}",
+            f"stages.refiner.balance={str(BALANCE).lower()}",
             "stages.refiner.val_rollout=10",
             f"stages.val_windows={size.val_windows}",
             f"stages.seed={seed}",
@@ -143,20 +165,21 @@ def base_config(size: Sizes, seed: int, steps: int = REFINEMENT_STEPS) -> Config
 
 
 def train_models(size: Sizes, seed: int, data: Path, work: Path) -> dict[str, tuple[nn.Module, float]]:
-    """The five models of one seed with their training seconds (finished runs in `work` are reused)."""
+    """The six models of one seed with their training seconds (finished runs in `work` are reused)."""
     models: dict[str, tuple[nn.Module, float]] = {}
     refiner_status = run_refiner_stages(base_config(size, seed), data, work / "refiner", progress=False)
     for name, stage in (("refiner", "refiner"), ("student", "refiner_distill")):
         state = load_checkpoint(work / "refiner" / stage / "checkpoints" / "best.pt")
         models[name] = (model_from_checkpoint(state).eval(), refiner_status["stages"][stage]["seconds"])
+    trained = models["refiner"][0]
+    assert isinstance(trained, Refiner)
+    first = Refiner(trained.network, trained.shape, 0, trained.min_noise_std, trained.change_scale)
+    models["refiner_first"] = (first.eval(), models["refiner"][1])
     mse_status = run_refiner_stages(base_config(size, seed, 0), data, work / "mse", "refiner", progress=False)
     state = load_checkpoint(work / "mse" / "refiner" / "checkpoints" / "best.pt")
     models["mse_operator"] = (model_from_checkpoint(state).eval(), mse_status["stages"]["refiner"]["seconds"])
-    plain = base_config(size, seed)
-    for name, config in (
-        ("fno", plain),
-        ("unet", dataclasses.replace(plain, model=UNetConfig(channels=16, levels=4))),
-    ):
+    for name, config in (("fno", preset_config(size, seed)), ("unet", base_config(size, seed))):
+        assert name != "fno" or isinstance(config.model, FNOConfig)
         folder = work / name
         if (
             not (folder / "checkpoints" / "last.pt").exists()
@@ -217,6 +240,24 @@ def spread_skill(members: torch.Tensor, truth: torch.Tensor, frames: int | None 
     }
 
 
+def one_step_after_each_call(
+    model: Refiner, inputs: torch.Tensor, truth: torch.Tensor, seed: int
+) -> list[float]:
+    """One-step nRMSE of the refiner's estimate after its k = 0 call and after each denoising call (one
+    noise draw, `seed`)."""
+    generator = torch.Generator().manual_seed(seed)
+    errors = []
+    with torch.inference_mode():
+        estimate = model.first_estimate(inputs)
+        for k in range(model.steps + 1):
+            if k > 0:
+                noise = torch.randn(estimate.shape, generator=generator, dtype=estimate.dtype)
+                estimate = model.refine(inputs, estimate, k, noise)
+            frame = inputs[:, -1:] + model.change_scale * estimate
+            errors.append(float(nrmse_per_sample(frame, truth[:, :1]).mean()))
+    return errors
+
+
 def score_seed(size: Sizes, seed: int, data: Path, work: Path) -> dict[str, Any]:
     torch.set_num_threads(1)
     models = train_models(size, seed, data, work)
@@ -233,6 +274,8 @@ def score_seed(size: Sizes, seed: int, data: Path, work: Path) -> dict[str, Any]
                 "all_frames": spread_skill(members, truth),
                 "first_50_frames": spread_skill(members, truth, 50),
             }
+            assert isinstance(model, Refiner)
+            result["refiner_one_step_after_call"] = one_step_after_each_call(model, inputs, truth, seed)
         else:
             predicted = rollout(model, inputs, size.rollout, seed)
         correlation = pearson_per_sample_frame(predicted, truth)
@@ -253,7 +296,7 @@ def seed_file(work: Path, seed: int) -> Path:
 
 def run_seed(size: Sizes, seed: int, work: Path) -> None:
     data = work / "data"
-    generate(base_config(size, 0), data, progress=False)  # skipped when complete
+    generate(preset_config(size, 0), data, progress=False)  # skipped when complete
     atomic_write_json(seed_file(work, seed), score_seed(size, seed, data, work / f"seed{seed}"))
 
 
@@ -262,7 +305,7 @@ def hct(result: dict[str, Any], name: str) -> float:
 
 
 def aggregate(results: list[dict[str, Any]], size: Sizes, command: str) -> list[dict[str, Any]]:
-    names = ["mse_operator", "refiner", "student", "fno", "unet"]
+    names = ["mse_operator", "refiner", "refiner_first", "student", "fno", "unet"]
     per_seed = {name: [hct(r, name) for r in results] for name in names}
     mean = {name: mean_and_stderr(values) for name, values in per_seed.items()}
     censored = {
@@ -322,7 +365,37 @@ def aggregate(results: list[dict[str, Any]], size: Sizes, command: str) -> list[
                     f"item 3; {stack} {stat(stack)}, {plain} {stat(plain)}. " + common,
                 )
             )
-    for name in ("refiner", "student", "fno", "unet"):
+    records.append(
+        record(
+            "high_correlation_time/refiner_first_vs_mse_operator",
+            "mse_operator",
+            mean["refiner_first"][0],
+            m_mse,
+            "diagnostic: the refiner's k = 0 prediction alone (one call per step, no denoising) against the "
+            f"MSE operator; refiner_first {stat('refiner_first')}. " + common,
+        )
+    )
+    records.append(
+        record(
+            "high_correlation_time/unet_vs_mse_operator",
+            "mse_operator",
+            mean["unet"][0],
+            m_mse,
+            "check: the same U-Net through the plain windows trainer against the K = 0 refiner stage "
+            f"(ratio near 1 when the two paths train alike); unet {stat('unet')}. " + common,
+        )
+    )
+    after = [r["refiner_one_step_after_call"] for r in results]
+    for call in range(len(after[0])):
+        values = [a[call] for a in after]
+        records.append({
+            "case": f"refiner_one_step_nrmse/after_call_{call}", "baseline": None, "metric": "one_step_nrmse",
+            "dynaforge": sum(values) / len(values), "baseline_value": None, "ratio": None,
+            "notes": f"one-step nRMSE of the refiner's estimate after its call {call} (0: the k = 0 "
+                     f"prediction; then each denoising step, one noise draw), mean over seeds, per seed "
+                     f"{[round(v, 5) for v in values]}. " + common,
+        })  # fmt: skip
+    for name in ("refiner", "refiner_first", "student", "fno", "unet"):
         one = [r["models"][name]["one_step_nrmse"] for r in results]
         base = [r["models"]["mse_operator"]["one_step_nrmse"] for r in results]
         records.append(
@@ -395,6 +468,8 @@ def main() -> None:
     work = args.work or quick_path("long_rollouts-work" if args.quick else "long_rollouts-full-work")
     out = args.out or (quick_path(RESULTS) if args.quick else RESULTS)
     seeds = SEEDS[:1] if args.quick else SEEDS
+    if args.quick and args.work is None:  # a smoke run starts afresh (an older smoke's runs may not match)
+        shutil.rmtree(work, ignore_errors=True)
     if args.seed is not None:
         run_seed(size, args.seed, work)
         return
@@ -404,9 +479,10 @@ def main() -> None:
     results = [json.loads(seed_file(work, s).read_text()) for s in seeds if seed_file(work, s).exists()]
     command = "python benchmarks/long_rollouts.py" + (" --quick" if args.quick else "")
     if args.aggregate:
+        found = ", ".join(str(r["seed"]) for r in results)
         command = (
-            "python benchmarks/long_rollouts.py --seed S --work W for S = 0, 1, 2 (two at a time, one thread "
-            "each, under the machine's two-slot semaphore), then --aggregate --work W"
+            f"python benchmarks/long_rollouts.py --seed S --work W for S = {found} (one thread each, under "
+            "the machine's two-slot semaphore), then --aggregate --work W"
         )
     atomic_write_json(out, aggregate(results, size, command))
     print(f"wrote {out}")

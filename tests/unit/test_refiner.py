@@ -10,15 +10,17 @@ import pytest
 import torch
 from torch import nn
 
-from dynaforge.config import FNOConfig, load_config
+from dynaforge.config import FNOConfig, UNetConfig, load_config
 from dynaforge.models import ModelInput, ModelShape, build_model
 from dynaforge.models.loading import model_from_checkpoint
 from dynaforge.models.refiner import (
     Refiner,
+    balanced,
     build_refiner,
     noise_levels,
     refined_rollout,
     refiner_loss,
+    signal_levels,
 )
 from dynaforge.runs import load_checkpoint
 from dynaforge.train.refiner import REFINER_STAGES, run_refiner_stages
@@ -45,10 +47,23 @@ class Recorder(nn.Module):
         return self.network(inputs)
 
 
-def test_noise_levels_fall_geometrically_to_the_minimum() -> None:
-    levels = noise_levels(3, 1e-6)
-    assert levels == pytest.approx([1e-2, 1e-4, 1e-6])
-    assert noise_levels(0, 1e-6) == []
+def test_noise_levels_are_the_release_ddpm_schedule() -> None:
+    """The public release's DDPM scheduler: betas (variances) sigma_min ** (j / K) for j = K .. 0 over its
+    timesteps 0 .. K, alpha_bar the cumulative product of 1 - beta; refinement step k is its timestep K - k:
+    noise std sqrt(1 - alpha_bar), signal factor sqrt(alpha_bar). Computed here as the scheduler does."""
+    steps, sigma_min = 3, 4e-7
+    betas = torch.tensor([sigma_min ** (j / steps) for j in reversed(range(steps + 1))], dtype=torch.float64)
+    alpha_bar = torch.cumprod(1.0 - betas, dim=0)
+    timesteps = [steps - k for k in range(1, steps + 1)]
+    assert noise_levels(steps, sigma_min) == pytest.approx(
+        [float((1 - alpha_bar[t]).sqrt()) for t in timesteps], rel=1e-9
+    )
+    assert signal_levels(steps, sigma_min) == pytest.approx(
+        [float(alpha_bar[t].sqrt()) for t in timesteps], rel=1e-12
+    )
+    # sigma_min is the smallest variance: standard deviations about 0.086, 0.0074, 6.3e-4 for KS
+    assert noise_levels(steps, sigma_min) == pytest.approx([0.0862, 0.00740, 6.32e-4], rel=2e-3)
+    assert noise_levels(0, 1e-6) == [] and signal_levels(0, 1e-6) == []
 
 
 def test_loss_is_change_mse_at_k0_and_noise_mse_above() -> None:
@@ -64,8 +79,10 @@ def test_loss_is_change_mse_at_k0_and_noise_mse_above() -> None:
     (estimate, step) = recorder.calls[0][:, :1], recorder.calls[0][:, 1:]
     assert len(recorder.calls) == 1  # one network call for the whole batch
     assert torch.equal(estimate[0], torch.zeros_like(estimate[0]))  # k = 0 sees no estimate
-    for i, sigma in zip((1, 2, 3), model.levels, strict=True):  # k > 0: the true change plus sigma_k noise
-        torch.testing.assert_close(estimate[i], change[i] + sigma * noise[i])
+    for i, sigma, a in zip(
+        (1, 2, 3), model.levels, model.signals, strict=True
+    ):  # k > 0: a_k d + sigma_k noise
+        torch.testing.assert_close(estimate[i], a * change[i] + sigma * noise[i])
     assert torch.allclose(step[:, 0, 0, 0], torch.tensor([0, 1 / 3, 2 / 3, 1.0]))
     # by hand: sample 0 against the change, the others against the noise
     with torch.no_grad():
@@ -199,3 +216,66 @@ def test_the_student_is_a_one_call_refiner_started_from_the_teacher() -> None:
     student = build_refiner(MODEL, SHAPE, 0, 1e-3)
     student.load_state_dict(teacher.state_dict())
     assert student.steps == 0 and dataclasses.asdict(MODEL)["residual"] is True
+
+
+def test_refinement_step_inverts_the_training_noise() -> None:
+    """Step k with the true change as estimate and a network that predicts exactly the noise it was given
+    returns the true change (the step undoes a_k d + sigma_k noise)."""
+    model = build_refiner(MODEL, SHAPE, 3, 4e-7).eval()
+    frames = torch.randn(2, 2, 1, 32, dtype=torch.float64)
+    change = torch.randn(2, 1, 1, 32, dtype=torch.float64)
+    noise = torch.randn_like(change)
+    for k in (1, 2, 3):
+        model.call = lambda f, noisy, steps, k=k: (
+            (  # type: ignore[method-assign]
+                noisy - model.signals[k - 1] * change
+            )
+            / model.levels[k - 1]
+        )
+        torch.testing.assert_close(model.refine(frames, change, k, noise), change)
+
+
+@pytest.mark.parametrize("name", ["fno", "unet"])
+def test_a_fresh_refiner_predicts_no_change_like_a_fresh_residual_operator(name: str) -> None:
+    """The refiner's network starts with its output layer at zero, as the residual surrogate does (with a
+    random one the K = 0 refiner trained measurably worse than the plain operator; docs/long_rollouts.md):
+    its first prediction is the last frame, and K = 0 refiner and plain operator start from the same loss."""
+    config = MODEL if name == "fno" else UNetConfig(channels=4, levels=2)
+    torch.manual_seed(0)
+    plain = build_model(config, SHAPE)
+    model = build_refiner(config, SHAPE, 0, 4e-7, change_scale=0.3)
+    refiner = build_refiner(config, SHAPE, 3, 4e-7, change_scale=0.3)
+    frames = torch.randn(2, 2, 1, 32, dtype=torch.float32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ModelInput(frames=frames)).frames, frames[:, -1:])
+        assert torch.equal(refiner.first_estimate(frames), torch.zeros_like(frames[:, -1:]))
+        torch.testing.assert_close(plain(ModelInput(frames=frames)).frames, frames[:, -1:])
+
+
+def test_balanced_loss_keeps_the_value_and_evens_the_gradient_per_k() -> None:
+    """`balance`: the same value as the plain mean; d/d(sample loss) = L / (G * L_k * n_k) for G groups of
+    k (each k's relative change counts alike), against 1 / n for the plain mean."""
+    per_sample = torch.tensor([1e-3, 3e-3, 0.5, 0.7, 0.9], dtype=torch.float64, requires_grad=True)
+    k = torch.tensor([0, 0, 1, 1, 3])
+    loss = balanced(per_sample, k)
+    total = float(per_sample.detach().mean())
+    assert float(loss.detach()) == pytest.approx(total, rel=1e-12)
+    loss.backward()
+    group_mean = {0: 2e-3, 1: 0.6, 3: 0.9}
+    count = {0: 2, 1: 2, 3: 1}
+    expected = [total / (3 * group_mean[int(v)] * count[int(v)]) for v in k]
+    assert per_sample.grad.tolist() == pytest.approx(expected, rel=1e-9)
+    # the k = 0 samples now carry most of the gradient (the plain mean gives each 1 / 5)
+    assert per_sample.grad[0] > 100 * per_sample.grad[2]
+
+
+def test_refiner_loss_balanced_has_the_plain_value() -> None:
+    model = refiner(3)
+    inputs = torch.randn(6, 2, 1, 32, dtype=torch.float32)
+    target = torch.randn(6, 1, 1, 32, dtype=torch.float32)
+    noise = torch.randn_like(target)
+    k = torch.tensor([0, 1, 2, 3, 0, 2])
+    with torch.no_grad():
+        plain = refiner_loss(model, inputs, target, k, noise)
+        even = refiner_loss(model, inputs, target, k, noise, balance=True)
+    torch.testing.assert_close(even, plain)

@@ -100,12 +100,18 @@ class RefinerStageConfig(StageConfig):
     steps: int = checked(3, check=NON_NEGATIVE.because("refinement steps after the first prediction"))
     """K: refinement calls after the first (k = 0) call; 0 is the plain one-step operator trained with MSE."""
     min_noise_std: float = checked(4e-7, check=between(0.0, 1.0, open_low=True, open_high=True))
-    """sigma_min: refinement step k adds noise of standard deviation sigma_min ** (k / K) (change units)."""
+    """sigma_min, the smallest noise variance (the public release's DDPM betas sigma_min ** (j / K)): refinement
+    step k noises the change as a_k d + sigma_k noise with sigma_k about sigma_min ** (k / 2K) (change units;
+    `models/refiner.py` `noise_levels`)."""
     change_scale: float = checked(0.3, check=POSITIVE.because("the change is divided by it"))
     """The network works on d = (next frame - last frame) / change_scale (normalised units), the public
     release's `difference_weight`: the k = 0 loss and the noise levels are measured against d."""
     val_rollout: int = checked(10, check=AT_LEAST_ONE)
     """Refined steps of the validation rollout whose nRMSE chooses the best checkpoint."""
+    balance: bool = False
+    """Weight each refinement step k's loss by the inverse of its own batch mean (same value, equal share of
+    the gradient relative to its size; `models/refiner.py` `balanced`). False is the paper's plain mean,
+    in which the small k = 0 loss gets a small share."""
 
 
 @dataclass

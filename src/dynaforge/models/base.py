@@ -162,6 +162,13 @@ def check_spatial_dims(shape: ModelShape, supported: Mapping[int, Any], model: s
         raise ConfigError(f"{model} supports {counts} spatial axes, got {shape.spatial_dims}")
 
 
+def zero_layer(layer: nn.Module) -> None:
+    """Zero every parameter of `layer`: the output layer of a model that starts as "nothing changes" (a
+    residual surrogate; the refiner's network, whose first prediction is then no change and no noise)."""
+    for parameter in layer.parameters():
+        nn.init.zeros_(parameter)
+
+
 class GridModel(nn.Module):
     """A surrogate on periodic grids, built from its `model` section and the data's shape (kept as `config`
     and `shape`), for the spatial axis counts its layers exist for (`supported`; `name` in the message)."""

@@ -19,7 +19,14 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.config import FNOConfig
-from dynaforge.models.base import GridModel, ModelInput, ModelOutput, ModelShape, frames_prediction
+from dynaforge.models.base import (
+    GridModel,
+    ModelInput,
+    ModelOutput,
+    ModelShape,
+    frames_prediction,
+    zero_layer,
+)
 from dynaforge.models.spectral import SpectralConv, SpectralInit, Transform
 from dynaforge.store.layout import channels_first_to_last, channels_last_to_first
 
@@ -112,8 +119,11 @@ class FNO(GridModel):
         )
         if config.residual:
             # Start as "nothing changes": the first prediction is the last input frame.
-            nn.init.zeros_(self.project[-1].weight)
-            nn.init.zeros_(self.project[-1].bias)
+            zero_layer(self.output_layer())
+
+    def output_layer(self) -> nn.Module:
+        """The layer that writes the update (zeroed at the start of a residual model)."""
+        return self.project[-1]
 
     def forward(self, inputs: ModelInput) -> ModelOutput:
         return frames_prediction(inputs, self.shape, self.config.residual, self.network)

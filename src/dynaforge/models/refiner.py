@@ -10,10 +10,12 @@ refinement step as k / K (the step's conditioning input). Per time step:
   measured against an O(1) signal rather than against the frame, which the change is a small part of;
 - k = 0: the estimate is zeros; the network predicts d, and the first estimate of the next frame is
   last frame + change_scale * d;
-- k = 1 .. K: the estimate of d plus Gaussian noise of standard deviation sigma_k = sigma_min ** (k / K) goes
-  in, the network predicts that noise, and the new estimate is the noisy one minus sigma_k times the
-  predicted noise (a denoising step whose noise level falls geometrically, so that the last steps work on
-  the low-amplitude, high-wavenumber content an MSE-trained operator neglects).
+- k = 1 .. K: the estimate of d, noised as a_k d + sigma_k noise (Gaussian noise, sigma_k falling roughly
+  geometrically from about sqrt(sigma_min ** (1 / K)) to sqrt(sigma_min): `noise_levels`, the public
+  release's DDPM schedule, where sigma_min is the smallest noise *variance*), goes in; the network predicts
+  that noise, and the new estimate is the noised one minus sigma_k times the predicted noise, over a_k (a
+  denoising step whose noise level falls step by step, so that the last steps work on the low-amplitude,
+  high-wavenumber content an MSE-trained operator neglects).
 
 Training (`refiner_loss`) draws k uniformly in 0..K per sample: k = 0 is the MSE of the predicted change d
 (the one-step MSE of the next frame over change_scale ** 2); k > 0 is the MSE of the predicted noise against
@@ -28,6 +30,7 @@ DDPM scheduler; this module keeps the paper's noise-prediction form.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,16 +39,29 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from dynaforge.config import ConfigError, ModelConfig, config_from_dict
-from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, shape_from_dict
+from dynaforge.models.base import ModelInput, ModelOutput, ModelShape, shape_from_dict, zero_layer
 from dynaforge.models.registry import build_model
 
 REFINER_KIND = "refiner"
 """Checkpoint kind of a refiner (`dynaforge.models.loading.BUILDERS`)."""
 
 
+def signal_levels(steps: int, min_noise_std: float) -> list[float]:
+    """a_k, the factor of the change in the noised estimate a_k d + sigma_k noise of refinement step k = 1..K
+    (empty for K = 0): the public release's DDPM schedule, whose betas (noise *variances* added per
+    diffusion step) are sigma_min ** (j / K) for j = K .. 0, so that a_k ** 2 is the product of
+    1 - sigma_min ** (j / K) over j = k .. K."""
+    return [
+        math.sqrt(math.prod(1.0 - min_noise_std ** (j / steps) for j in range(k, steps + 1)))
+        for k in range(1, steps + 1)
+    ]
+
+
 def noise_levels(steps: int, min_noise_std: float) -> list[float]:
-    """sigma_k = sigma_min ** (k / K) for k = 1..K (empty for K = 0)."""
-    return [min_noise_std ** (k / steps) for k in range(1, steps + 1)]
+    """sigma_k = sqrt(1 - a_k ** 2) for k = 1..K (empty for K = 0): the noise standard deviation of
+    refinement step k, about sigma_min ** (k / 2K) (the release's `min_noise_std` is the smallest noise
+    variance, 4e-7 for KS: standard deviations 0.086, 0.0074, 6.3e-4 at K = 3)."""
+    return [math.sqrt(1.0 - a * a) for a in signal_levels(steps, min_noise_std)]
 
 
 def network_shape(shape: ModelShape) -> ModelShape:
@@ -79,6 +95,7 @@ class Refiner(nn.Module):
         self.min_noise_std = min_noise_std
         self.change_scale = change_scale
         self.levels = noise_levels(steps, min_noise_std)
+        self.signals = signal_levels(steps, min_noise_std)
 
     def call(
         self,
@@ -108,11 +125,12 @@ class Refiner(nn.Module):
         k: int,
         noise: Float[Tensor, "batch 1 channels *space"],
     ) -> Float[Tensor, "batch 1 channels *space"]:
-        """Refinement step k (1..K) of an estimate of d: noise it at sigma_k, subtract the predicted noise."""
-        sigma = self.levels[k - 1]
-        noisy = estimate + sigma * noise
+        """Refinement step k (1..K) of an estimate of d: noise it (a_k d + sigma_k noise), subtract the
+        predicted noise and undo a_k."""
+        sigma, signal = self.levels[k - 1], self.signals[k - 1]
+        noisy = signal * estimate + sigma * noise
         steps = torch.full((frames.shape[0],), k, dtype=torch.long, device=frames.device)
-        return noisy - sigma * self.call(frames, noisy, steps)
+        return (noisy - sigma * self.call(frames, noisy, steps)) / signal
 
     def forward(self, inputs: ModelInput, generator: torch.Generator | None = None) -> ModelOutput:
         """The next frame after K + 1 network calls; `generator` draws the refinement noise (None: torch's
@@ -131,8 +149,14 @@ def build_refiner(
     config: ModelConfig, shape: ModelShape, steps: int, min_noise_std: float, change_scale: float = 1.0
 ) -> Refiner:
     """A fresh refiner whose network is `config`'s architecture (its `residual` turned off: the refiner
-    adds the last frame itself at k = 0 and predicts noise at k > 0)."""
+    adds the last frame itself at k = 0 and predicts noise at k > 0), its output layer zeroed as a residual
+    surrogate's is: the first prediction is "no change" (and "no noise"), as the plain operator's. With a
+    random output layer instead, the K = 0 refiner trained worse than the same network through the plain
+    trainer (U-Net, KS, 400 steps: one-step loss 7.1e-5 against 3.0e-5, docs/long_rollouts.md)."""
     network = build_model(dataclasses.replace(config, residual=False), network_shape(shape))
+    output_layer = getattr(network, "output_layer", None)
+    if callable(output_layer):
+        zero_layer(output_layer())
     return Refiner(network, shape, steps, min_noise_std, change_scale)
 
 
@@ -151,20 +175,38 @@ def refiner_loss(
     target: Float[Tensor, "batch 1 channels *space"],
     k: Int[Tensor, " batch"],
     noise: Float[Tensor, "batch 1 channels *space"],
+    balance: bool = False,
 ) -> Tensor:
     """PDE-Refiner's training loss for refinement steps `k` (per sample, 0..K) and Gaussian `noise`: the
     mean over samples of the k = 0 samples' MSE of the predicted change d = (target - last frame) /
     change_scale and the k > 0 samples' MSE of the predicted noise (one network call for the whole batch)."""
     change = (target - inputs[:, -1:]) / model.change_scale
-    levels = torch.tensor([0.0, *model.levels], dtype=torch.float32, device=inputs.device)
-    sigma = levels[k].view(-1, *[1] * (target.ndim - 1)).to(target.dtype)
+    per_k = [0.0, *model.levels], [1.0, *model.signals]
+    sigma, signal = (
+        torch.tensor(v, dtype=torch.float32, device=inputs.device)[k]
+        .view(-1, *[1] * (target.ndim - 1))
+        .to(target.dtype)
+        for v in per_k
+    )
     first = k == 0
     mask = first.view(-1, *[1] * (target.ndim - 1))
-    noisy = torch.where(mask, torch.zeros_like(change), change + sigma * noise)
+    noisy = torch.where(mask, torch.zeros_like(change), signal * change + sigma * noise)
     output = model.call(inputs, noisy, k)
     wanted = torch.where(mask, change, noise)
     per_sample = (output.float() - wanted.float()).square().flatten(1).mean(dim=1)
-    return per_sample.mean()
+    return balanced(per_sample, k) if balance else per_sample.mean()
+
+
+def balanced(per_sample: Float[Tensor, " batch"], k: Int[Tensor, " batch"]) -> Tensor:
+    """The loss with every refinement step k of the batch weighted by the inverse of its own (detached)
+    mean loss, times the batch's detached mean loss: the same value, but each k gets the same share of the
+    gradient relative to its loss (the gradient of the mean over k of log L_k, times L). Without it the k = 0
+    loss (the one-step MSE in change units, about 3e-3 on KS after one epoch) is lost beside the noise
+    predictions' (about 0.1-1), and the first estimate trains far slower than the MSE operator."""
+    total = per_sample.mean().detach()
+    groups = [per_sample[k == value] for value in torch.unique(k)]
+    terms = [group.mean() / group.mean().detach().clamp_min(1e-12) for group in groups]
+    return total * torch.stack(terms).mean()
 
 
 def refined_rollout(

@@ -15,7 +15,14 @@ from torch import Tensor, nn
 
 from dynaforge.config import UNetConfig
 from dynaforge.errors import ConfigError
-from dynaforge.models.base import GridModel, ModelInput, ModelOutput, ModelShape, frames_prediction
+from dynaforge.models.base import (
+    GridModel,
+    ModelInput,
+    ModelOutput,
+    ModelShape,
+    frames_prediction,
+    zero_layer,
+)
 
 CONVOLUTIONS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 """The convolution per number of spatial axes."""
@@ -78,8 +85,11 @@ class UNet(GridModel):
         )
         self.output = CONVOLUTIONS[dims](widths[0], shape.out_channels, kernel_size=1)
         if config.residual:
-            nn.init.zeros_(self.output.weight)
-            nn.init.zeros_(self.output.bias)
+            zero_layer(self.output_layer())
+
+    def output_layer(self) -> nn.Module:
+        """The layer that writes the update (zeroed at the start of a residual model)."""
+        return self.output
 
     def forward(self, inputs: ModelInput) -> ModelOutput:
         return frames_prediction(inputs, self.shape, self.config.residual, self.network)

@@ -2,7 +2,7 @@
 
 refiner          the `model` section's architecture as a refiner (`dynaforge.models.refiner`): per window a
                  refinement step k drawn uniformly in 0..K (`stages.refiner.steps`), the one-step MSE at
-                 k = 0 and the noise-prediction MSE at noise level sigma_min ** (k / K) otherwise; the best
+                 k = 0 and the noise-prediction MSE at the release's noise level sigma_k otherwise; the best
                  checkpoint has the lowest validation nRMSE over `val_rollout` refined steps (fixed noise)
 refiner_distill  a one-call student (the same network with K = 0 at inference), started from the refiner's
                  weights and trained (MSE) to reproduce the refiner's K + 1-call prediction of the same
@@ -75,8 +75,9 @@ class RefinerTask(StageTask):
             loss = mse_loss(refiner(ModelInput(frames=inputs)).frames.float(), wanted.float())
             return StepLoss(loss, loss)
         k = torch.randint(0, self.steps + 1, (inputs.shape[0],), device=inputs.device)
-        loss = refiner_loss(refiner, inputs, targets, k, torch.randn_like(targets))
-        return StepLoss(loss, loss)
+        noise = torch.randn_like(targets)
+        loss = refiner_loss(refiner, inputs, targets, k, noise, balance=self.stage.balance)
+        return StepLoss(loss, loss)  # balanced or not, the value is the plain mean
 
     def validate(self, model: nn.Module) -> float:
         """Mean nRMSE (normalised units) of `val_rollout`-step refined rollouts from evenly spaced val
