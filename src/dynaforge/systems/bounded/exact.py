@@ -76,51 +76,152 @@ def unknown_mask(shape: Sequence[int], kinds: dict[str, str]) -> Tensor:
     return mask.view(1, 1, *shape)
 
 
+class AxisSplit(NamedTuple):
+    """One axis's synthesis split by the parity of its nodes (`split_axis`): the modes are ordered as
+    `order` (the first `pairs`, the unpaired middle one if any, then the partners of the first in the same
+    order), and S[j, partner(k)] = sign (-1)^j S[j, k] on every node j."""
+
+    order: np.ndarray
+    pairs: int
+    sign: float
+    even: Tensor
+    """(nodes 0, 2, 4 .., pairs + middle): the synthesis on the even nodes, of the first modes."""
+    odd: Tensor
+    """(nodes 1, 3, .., pairs + middle): on the odd nodes."""
+
+
+def split_axis(synthesis: np.ndarray, dtype: torch.dtype, device: torch.device) -> AxisSplit:
+    """Mode k and mode K - 1 - k of every basis of `axis_modes` differ on node j by a sign sign (-1)^j
+    (sin / cos(pi (K' - k) j / m) = -/+ (-1)^j sin / cos(pi k j / m), with K' = m or m - 1 / 2 shifts), so
+    the synthesis of a coefficient vector c is, on the even nodes, S_even (c_first + sign c_partner) and on
+    the odd ones S_odd (c_first - sign c_partner): two products of half the size (half the flops of one
+    product with S), after one sum and one difference. Checked here on the float64 matrices."""
+    n, modes = synthesis.shape
+    pairs = modes // 2
+    order = np.concatenate([np.arange(modes - pairs), np.arange(modes - 1, modes - 1 - pairs, -1)])
+    ordered = synthesis[:, order]
+    first, partner = ordered[:, :pairs], ordered[:, modes - pairs :]
+    parity = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)[:, None]
+    sign = 1.0 if np.abs(partner - parity * first).max() < np.abs(partner + parity * first).max() else -1.0
+    assert np.abs(partner - sign * parity * first).max() < 1e-12, "a basis without the parity symmetry"
+    kept = ordered[:, : modes - pairs]
+
+    def matrix(rows: np.ndarray) -> Tensor:
+        return torch.from_numpy(np.ascontiguousarray(rows)).to(dtype=dtype, device=device)
+
+    return AxisSplit(order, pairs, sign, matrix(kept[0::2]), matrix(kept[1::2]))
+
+
 class Basis:
     """The transforms between a grid of `shape` (the sides' `kinds`) and the eigenbasis of its difference
-    Laplacian, as one matrix product per axis (built in float64, rounded once to the state's dtype), and the
-    eigenvalues."""
+    Laplacian (built in float64, rounded once to the state's dtype), and the eigenvalues. The coefficients
+    live in a working layout: (batch, channels, K) in 1D, (K0, batch, channels, K1) in 2D (`layout`), so that
+    each axis's product is one matrix product over the whole block, with each axis's modes in its
+    `AxisSplit.order`. The analysis (once per rollout) is one dense product per axis; the synthesis (once
+    per frame) is split by node parity (`split_axis`): two half-size products per axis."""
 
     def __init__(
         self, shape: Sequence[int], kinds: dict[str, str], dtype: torch.dtype, device: torch.device
     ) -> None:
         self.shape = tuple(shape)
         self.ndim = len(shape)
-        self.analysis, self.synthesis, self.angles = [], [], []
+        self.analysis: list[Tensor] = []
+        self.splits: list[AxisSplit] = []
+        self.synthesis: list[Tensor] = []
+        self.angles: list[Tensor] = []
         for axis, n in enumerate(self.shape):
             synthesis, theta = axis_modes(n, kinds[SIDES[2 * axis]], kinds[SIDES[2 * axis + 1]])
+            split = split_axis(synthesis, dtype, device)
+            synthesis, theta = synthesis[:, split.order], theta[split.order]
             evolving = np.abs(synthesis).sum(axis=1) > 0
             analysis = np.zeros(synthesis.T.shape)
             analysis[:, evolving] = np.linalg.inv(synthesis[evolving])  # square: one mode per evolving node
             self.analysis.append(torch.from_numpy(analysis).to(dtype=dtype, device=device))
-            self.synthesis.append(torch.from_numpy(synthesis).to(dtype=dtype, device=device))
-            self.angles.append(torch.from_numpy(theta).to(device))
+            self.splits.append(split)
+            self.synthesis.append(
+                torch.from_numpy(np.ascontiguousarray(synthesis)).to(dtype=dtype, device=device)
+            )
+            self.angles.append(torch.from_numpy(np.ascontiguousarray(theta)).to(device))
+        self.modes = tuple(len(split.order) for split in self.splits)
 
-    def along(self, x: Tensor, matrices: Sequence[Tensor]) -> Tensor:
-        """`matrices[a]` applied along every space axis a of x (batch, channels, *space)."""
-        for axis, matrix in enumerate(matrices):
-            last = axis == self.ndim - 1
-            # the first of two axes as one product over every sample's columns (einsum's single matrix
-            # product: twice as fast as a batch of small ones on one core)
-            x = torch.matmul(x, matrix.T) if last else torch.einsum("ij,bcjk->bcik", matrix, x)
-        return x
+    def layout(self, x: Tensor) -> Tensor:
+        """(batch, channels, *modes) -> the working layout (a view)."""
+        return x if self.ndim == 1 else x.permute(2, 0, 1, 3)
+
+    def per_sample(self, x: Float[Tensor, " batch"]) -> Tensor:
+        """A per-sample number as a view that broadcasts against the working layout."""
+        return x.view(-1, 1, 1) if self.ndim == 1 else x.view(1, -1, 1, 1)
 
     def to_spectral(self, u: Float[Tensor, "batch channels *space"]) -> Tensor:
-        """The modes' coefficients of `u` on the evolving nodes (its Dirichlet nodes are ignored)."""
-        return self.along(u, self.analysis)
+        """The modes' coefficients of `u` on the evolving nodes (its Dirichlet nodes are ignored), in the
+        working layout."""
+        first = torch.matmul(u, self.analysis[-1].T)
+        if self.ndim == 1:
+            return first
+        batch, channels, n0, k1 = first.shape
+        rows = first.permute(2, 0, 1, 3).reshape(n0, -1)  # a copy, once per rollout
+        return torch.mm(self.analysis[0], rows).view(-1, batch, channels, k1)
 
-    def to_grid(self, v: Tensor) -> Tensor:
-        """The nodes from the coefficients (zero on the Dirichlet nodes)."""
-        return self.along(v, self.synthesis)
+    def workspace(self, batch: int, channels: int) -> dict[str, Tensor]:
+        """The buffers `to_grid` writes for a block of `batch` samples, allocated once per rollout: a fresh
+        block-sized temporary per frame has its pages faulted in again each time (docs/bounded.md)."""
+        dtype, device = self.synthesis[0].dtype, self.synthesis[0].device
+        rows = batch * channels
+        if self.ndim == 1:
+            return {"grid": torch.empty((batch, channels, self.shape[0]), dtype=dtype, device=device)}
+        first, n1 = self.splits[0], self.shape[1]
+
+        def buffer(*shape: int) -> Tensor:
+            return torch.empty(shape, dtype=dtype, device=device)
+
+        return {
+            "columns": buffer(self.modes[0] * rows, n1),
+            "plus": buffer(first.even.shape[1], rows * n1),
+            "minus": buffer(first.even.shape[1], rows * n1),
+            "even": buffer(first.even.shape[0], rows * n1),
+            "odd": buffer(first.odd.shape[0], rows * n1),
+        }
+
+    def to_grid(
+        self, v: Tensor, out: Float[Tensor, "batch channels *space"], work: dict[str, Tensor]
+    ) -> Tensor:
+        """The nodes from the coefficients `v` (working layout), written into `out` (zero on the Dirichlet
+        nodes; any strides), which is returned; `work` from `workspace`. 1D: one product; 2D: one product
+        along the last axis, then the first axis split by node parity (`split_axis`)."""
+        last = self.synthesis[-1]
+        if self.ndim == 1:
+            return out.copy_(torch.matmul(v, last.T, out=work["grid"]))
+        k0, batch, channels, k1 = v.shape
+        columns = torch.mm(v.view(-1, k1), last.T, out=work["columns"]).view(k0, -1)
+        first = self.splits[0]
+        plus, minus = halves(columns, first, work["plus"], work["minus"])
+        for rows, matrix, product, name in (
+            (slice(0, None, 2), first.even, plus, "even"),
+            (slice(1, None, 2), first.odd, minus, "odd"),
+        ):
+            grid = torch.mm(matrix, product, out=work[name]).view(-1, batch, channels, self.shape[1])
+            out[:, :, rows].copy_(grid.permute(1, 2, 0, 3))
+        return out
 
     def laplacian_eigenvalues(self, h: Float[Tensor, " batch"]) -> Tensor:
-        """-sum over axes of (4 / h^2) sin^2(theta / 2), (batch, 1, *modes), float64."""
+        """-sum over axes of (4 / h^2) sin^2(theta / 2), (batch, 1, *modes), float64 (the modes in each
+        axis's `order`)."""
         total = torch.zeros((), dtype=torch.float64, device=h.device)
         for axis, theta in enumerate(self.angles):
             view = [1] * self.ndim
             view[axis] = -1
             total = total + torch.sin(theta / 2).square().view(view)
         return -4.0 * total.unsqueeze(0).unsqueeze(0) / h.view(-1, 1, *([1] * self.ndim)).square()
+
+
+def halves(x: Tensor, split: AxisSplit, plus: Tensor, minus: Tensor) -> tuple[Tensor, Tensor]:
+    """Into `plus` and `minus`: the first modes of `x` (along its first axis) plus and minus (times the
+    split's sign) their partners, the middle mode kept: what the even and the odd nodes' products take."""
+    kept, pairs = split.even.shape[1], split.pairs
+    torch.add(x[:pairs], x[kept:], alpha=split.sign, out=plus[:pairs])
+    torch.sub(x[:pairs], x[kept:], alpha=split.sign, out=minus[:pairs])
+    plus[pairs:] = minus[pairs:] = x[pairs:kept]
+    return plus, minus
 
 
 @functools.lru_cache(maxsize=16)
@@ -150,8 +251,9 @@ def forcing_pattern(side: str, kind: str, series: SideSeries, h: Tensor, shape: 
 
 
 def frame_multiplier(mu: Tensor, growth: Tensor, angular: Tensor, t0: float, t1: float) -> Tensor:
-    """S(t0, t1) of the module docstring: the integral of e^{mu (t1 - s)} sin(angular s) over [t0, t1]."""
-    w = angular.view(-1, *([1] * (mu.ndim - 1)))
+    """S(t0, t1) of the module docstring: the integral of e^{mu (t1 - s)} sin(angular s) over [t0, t1]
+    (`angular` per sample, shaped to broadcast against `mu`)."""
+    w = angular
     s0, c0, s1, c1 = torch.sin(w * t0), torch.cos(w * t0), torch.sin(w * t1), torch.cos(w * t1)
     numerator = growth * (mu * s0 + w * c0) - (mu * s1 + w * c1)
     denominator = mu.square() + w.square()
@@ -170,6 +272,7 @@ def exact_heat(
     save_every: int,
     write: Callable[[int, Tensor], None],
     on_frame: Callable[[int], None] | None = None,
+    into: Tensor | None = None,
 ) -> None:
     """The semi-discrete heat solution from `u0` at the frame times k save_every dt (k = 0 .. steps //
     save_every), each handed to `write(k, u)` (the Dirichlet nodes set from `boundary`, which must agree
@@ -180,8 +283,8 @@ def exact_heat(
     dtype = u0.dtype
     basis = cached_basis(shape, tuple(sorted(kinds.items())), dtype, u0.device)
     h = lengths / (shape[0] - 1)
-    nu = diffusivity.view(-1, 1, *([1] * ndim))
-    mu = nu * basis.laplacian_eigenvalues(h)  # (batch, 1, *spectral)
+    # every per-mode array in the basis's working layout (`Basis.layout`)
+    mu = basis.layout(diffusivity.view(-1, 1, *([1] * ndim)) * basis.laplacian_eigenvalues(h))
     span = save_every * dt
     growth = torch.exp(mu * span)
     phi = torch.where(mu == 0, span, torch.expm1(mu * span) / torch.where(mu == 0, 1.0, mu))
@@ -190,22 +293,24 @@ def exact_heat(
         return basis.to_spectral(pattern.to(dtype))
 
     mask = unknown_mask(shape, kinds).to(u0.device)
-    steady = torch.zeros((), dtype=dtype)
+    steady: Tensor | None = None
     oscillating = []
     for side, series in sides.items():
         moving = bool((series.amplitude != 0).any())
         if not bool((series.value != 0).any()) and not moving:
             continue
         pattern = spectral(torch.where(mask, forcing_pattern(side, kinds[side], series, h, shape), 0.0))
-        scale = diffusivity.view_as(nu)
-        steady = steady + pattern * (scale * series.value.view_as(nu) * phi).to(dtype)
+        scale = basis.per_sample(diffusivity)
+        term = pattern * (scale * basis.per_sample(series.value) * phi).to(dtype)
+        steady = term if steady is None else steady + term
         if moving:
-            oscillating.append((pattern, (scale * series.amplitude.view_as(nu)), series.angular))
-    decay = growth.to(dtype)
+            amplitude = scale * basis.per_sample(series.amplitude)
+            oscillating.append((pattern, amplitude, basis.per_sample(series.angular)))
+    decay = growth.to(dtype).contiguous()
 
     def impose(u: Tensor, t: float) -> Tensor:
-        """`u` (a fresh tensor) with its Dirichlet nodes set, y sides first so that x sides win the corners;
-        in place on purpose."""
+        """`u` with its Dirichlet nodes set, y sides first so that x sides win the corners; in place on
+        purpose."""
         values = boundary(t)
         for side in reversed(sides_of(ndim)):
             if kinds[side] == "dirichlet":
@@ -215,14 +320,24 @@ def exact_heat(
         return u
 
     start = impose(u0.clone(), 0.0)
-    write(0, start)
-    v = basis.to_spectral(start)
+    if into is None:
+        write(0, start)
+    else:
+        into[:, 0].copy_(start)
+    v = basis.to_spectral(start)  # a fresh tensor, advanced in place below
+    work = basis.workspace(start.shape[0], start.shape[1])
+    grid = start  # each frame's nodes, written over (`write` copies them)
     for k in range(1, steps // save_every + 1):
         t0, t1 = (k - 1) * save_every * dt, k * save_every * dt
-        v = v * decay + steady
-        for pattern, scale, angular in oscillating:
-            v = v + pattern * (scale * frame_multiplier(mu, growth, angular, t0, t1)).to(dtype)
-        write(k, impose(basis.to_grid(v), t1))
+        v.mul_(decay)
+        if steady is not None:
+            v.add_(steady)
+        for pattern, amplitude, angular in oscillating:
+            v.add_(pattern * (amplitude * frame_multiplier(mu, growth, angular, t0, t1)).to(dtype))
+        if into is None:
+            write(k, impose(basis.to_grid(v, grid, work), t1))
+        else:
+            impose(basis.to_grid(v, into[:, k], work), t1)
         if on_frame is not None:
             on_frame(save_every)
     if on_frame is not None and steps % save_every:

@@ -106,6 +106,7 @@ class HeatBounded(BoundedSystem):
                 save_every,
                 write,
                 None if report is None else lambda done: report(count * done),
+                frames[rows] if count == padded else None,  # a full block straight into the trajectory
             )
 
         return run_block
