@@ -57,6 +57,7 @@ n = 4 and 16, 20 steps, 4 test trajectories; not a figure, written to a temporar
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import math
@@ -95,7 +96,7 @@ TEST_SEED = 1000
 ROLLOUT = 10
 """Frames of the headline rollout (the fine-tune preset's evaluate.rollout_frames)."""
 CASES = {
-    "advection": "held-out family: linear advection, speed 0.2-1.0",
+    "fisher-kpp": "held-out family: Fisher-KPP reaction-diffusion, no-flux walls",
     "burgers-viscous": "held-out range: Burgers, viscosity 0.07-0.2 (pretrained on 0.005-0.05)",
 }
 
@@ -120,9 +121,10 @@ def pretrain(run: Path, seconds: float, overrides: list[str]) -> dict[str, Any]:
     """`dynaforge train configs/universal_pretrain.yaml` for `seconds` into `run` (reused if it holds a
     finished run of the same budget); what it did, from its log."""
     done = run / "checkpoints" / "last.pt"
+    asked = [seconds, overrides, hashlib.sha256(PRETRAIN.read_bytes()).hexdigest()]
     same = (run / "pretrain.json").exists() and json.loads((run / "pretrain.json").read_text()).get(
         "asked"
-    ) == [seconds, overrides]
+    ) == asked
     if not (done.exists() and same):
         command = [sys.executable, "-m", "dynaforge.cli", "-q", "train", str(PRETRAIN)]
         command += [f"train.time_budget={seconds}", "data.stream.workers=1", *overrides]
@@ -130,7 +132,7 @@ def pretrain(run: Path, seconds: float, overrides: list[str]) -> dict[str, Any]:
         subprocess.run([*command, "--out", str(run), "--no-progress"], check=True, env=child_env())
         wall = time.perf_counter() - started
         (run / "pretrain.json").write_text(
-            json.dumps({"asked": [seconds, overrides], "wall_s": wall, "machine": load_note()})
+            json.dumps({"asked": asked, "wall_s": wall, "machine": load_note()})
         )
     summary = json.loads((run / "pretrain.json").read_text())
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
@@ -409,7 +411,9 @@ QUICK_PRETRAIN = ["dataset.n_train=32", "dataset.n_val=8", "data.stream.buffer=1
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, to a temporary folder")
-    parser.add_argument("--pretrain-seconds", type=float, default=900.0, help="pretraining wall-clock budget")
+    parser.add_argument(
+        "--pretrain-seconds", type=float, default=1200.0, help="pretraining wall-clock budget"
+    )
     parser.add_argument("--sizes", default="4,16,64,256", help="downstream trajectories, comma-separated")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per size and arm")
     parser.add_argument("--steps", type=int, default=1000, help="optimiser steps of every downstream run")
@@ -451,7 +455,7 @@ def main() -> None:
             print(f"wrote {part}")
             return
     atomic_write_json(results.with_name("universal.detail.json"), detail)
-    keys = [f"rollout{ROLLOUT}", "one_step", f"rollout{ROLLOUT}_pooled"]
+    keys = [f"rollout{ROLLOUT}_pooled", f"rollout{ROLLOUT}", "one_step"]
     records = [record for key in keys for record in records_of(detail, key)]
     atomic_write_json(results, records)
     for record in records:
