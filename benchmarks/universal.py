@@ -37,8 +37,8 @@ the same rollout's nRMSE (PDEBench's, `dynaforge.metrics.fields.nrmse_per_frame`
 per-frame ratios), the one-step nRMSE (every window, true inputs) and the 19-step (whole trajectory) rollout.
 Why pooled: PDEBench's nRMSE divides each sample's error by that sample's own norm, so in the viscous-Burgers
 case, where the held-out viscosities damp some fields to ~1e-3 of their start within the 10 frames, the few
-most decayed samples weigh most and one seed's model can move the mean by 30% (docs/mixture.md); the pooled
-error weighs every sample by its size, as the loss does. The pretrained model's zero-shot error (no
+most decayed samples weigh most, and the two errors can disagree on which arm is ahead (docs/mixture.md,
+"Measured"); the pooled error weighs every sample by its size, as the loss does. The pretrained model's zero-shot error (no
 fine-tuning) is recorded too.
 
 Sample-efficiency factor: 256 / n*, n* the number of trajectories at which the fine-tuned curve (mean of the
