@@ -144,9 +144,13 @@ def test_the_universal_presets_share_one_grid_and_one_model() -> None:
     pretrain = load_config(REPO / "configs" / "universal_pretrain.yaml")
     finetune = load_config(REPO / "configs" / "universal_finetune.yaml")
     plan = mixture_plan(pretrain)
-    assert plan.names == ["burgers", "heat", "ks"] and plan.shape == (64,) and plan.channels == 1
-    held_out = finetune.system
-    assert held_out.name not in plan.names and held_out.resolution == 64
-    assert held_out.n_frames == pretrain.mixture[0].system.n_frames == 21
+    assert plan.names == ["burgers", "heat", "ks", "advection_diffusion_bounded"]
+    assert plan.shape == (64,) and plan.channels == 1
+    held_out = finetune.system  # Fisher-KPP: a family (a reaction term) no member of the mixture has
+    assert held_out.name == "fisher_kpp_bounded" and held_out.name not in plan.names
+    assert held_out.resolution == 64
+    assert {member.system.n_frames for member in pretrain.mixture} == {held_out.n_frames} == {21}
+    walled = pretrain.mixture[3].system  # the mixture's walled member has the held-out case's walls
+    assert walled.boundary == held_out.boundary
     assert finetune.model == pretrain.model  # what --from checks
     assert (finetune.data.history, finetune.data.horizon) == (pretrain.data.history, pretrain.data.horizon)
