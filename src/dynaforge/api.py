@@ -389,7 +389,7 @@ def load_run(path: str | Path, *, checkpoint: Literal["best", "last"] = "best", 
     >>> import dynaforge
     >>> run = dynaforge.load_run(tiny_run)
     >>> run.shape, run.config.model.name, run.model.training
-    (ModelShape(channels=1, history=2, horizon=1, spatial_dims=1, held=()), 'fno', False)
+    (ModelShape(channels=1, history=2, horizon=1, spatial_dims=1, held=(), boundary=()), 'fno', False)
     """
     if checkpoint not in ("best", "last"):
         raise ConfigError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")

@@ -110,6 +110,12 @@ class DataConfig:
     the windows of `buffer` trajectories at a time (`reading: lazy`), so memory is about buffer x one trajectory."""
     stream: StreamConfig = field(default_factory=StreamConfig)
     """The stream source (`source: stream`)."""
+    boundary_channels: bool = False
+    """Give the model each sample's boundary values as input channels: every boundary parameter that
+    differs between the train samples (`left_value`, `left_amplitude`, `left_frequency`, ..., `lid_speed`, `inflow_peak`)
+    becomes one constant field, normalised by its train mean and std, held from the input like an
+    obstacle mask (not predicted, not scored; docs/bounded.md). Read with `reading: memory` or `auto` from a
+    dataset folder (not `lazy`, not a stream)."""
 
     def __post_init__(self) -> None:
         check_values(self)

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dynaforge.config import Config
+from dynaforge.data.boundary import boundary_normalizer, boundary_parameters_of, split_frames_with_boundary
 from dynaforge.data.identity import DataIdentity, check_config_matches_data, data_fingerprint, data_identity
 from dynaforge.data.lazy import LazyTrajectories
 from dynaforge.data.loader import make_loader
@@ -50,7 +51,8 @@ class WindowSources:
     fingerprint: str
     spatial_dims: int
     held: tuple[int, ...]
-    """Channels the model is given but does not predict (an obstacle mask; `store.format.held_channels`)."""
+    """Channels the model is given but does not predict (an obstacle mask, `store.format.held_channels`;
+    the boundary channels)."""
     windows_per_epoch: int
     """Train windows of an epoch (streaming: this process's)."""
     examples: Dataset
@@ -66,6 +68,8 @@ class WindowSources:
     """What to change when training waits for these windows."""
     trajectories: TrajectorySource | None = None
     """The train windows' source (None: a task's own windows)."""
+    boundary: tuple[str, ...] = ()
+    """The boundary parameters given as channels after the physical ones (`data.boundary_channels`)."""
 
     def loaded(self) -> int:
         """Train trajectories generated or read so far in this process."""
@@ -112,6 +116,13 @@ def window_sources(
     else:
         identity, fingerprint = stream_identity(config)
     own = stream_normalizer(config) if streaming else folder_normalizer(folder)
+    boundary: tuple[str, ...] = ()
+    if config.data.boundary_channels:
+        check_boundary_source(config, folder, windows)
+        assert folder is not None
+        train_params = folder.read_split("train")
+        boundary = boundary_parameters_of(train_params.param_names, train_params.params)
+        own = boundary_normalizer(own, train_params.params, train_params.param_names, boundary)
     if normalizer is not None and normalizer.channels != own.channels:
         raise ConfigError(
             f"the pretrained model normalises {normalizer.channels} channel(s), this config's data has "
@@ -136,7 +147,9 @@ def window_sources(
         if lazily:
             source = LazyTrajectories(folder.trajectory_reader(name), normalizer, buffer=data.buffer)
         else:
-            source = MemoryTrajectories.normalized(folder.split_frames(name), normalizer)
+            source = MemoryTrajectories.normalized(
+                split_frames_with_boundary(folder, name, boundary), normalizer
+            )
         return WindowDataset(source, data.history, targets, data.stride), source
 
     if folder is not None:
@@ -174,7 +187,8 @@ def window_sources(
             folder.channel_names
             if folder is not None
             else mixture_plan(config).members[0].system.channel_names
-        ),
+        )
+        + tuple(range(own.channels - len(boundary), own.channels)),
         windows_per_epoch=order.num_samples if streaming else len(train),
         examples=val if streaming else train,
         reading="lazy" if lazily else "memory",
@@ -182,7 +196,26 @@ def window_sources(
         loaded_measure=loaded,
         advice=advice,
         trajectories=trajectories,
+        boundary=boundary,
     )
+
+
+def check_boundary_source(config: Config, folder: DatasetFolder | None, windows: SplitWindows | None) -> None:
+    """`data.boundary_channels` reads the splits whole from a dataset folder, for the window task."""
+    if folder is None or config.data.source == "stream":
+        raise ConfigError(
+            "data.boundary_channels reads each sample's boundary values from a dataset folder: train on a "
+            f"stored dataset ({DATA}, data.source=store) or set it false"
+        )
+    if windows is not None:
+        raise ConfigError(
+            "data.boundary_channels is read by the window task only: set it false for this task"
+        )
+    if reads_lazily(config, folder):
+        raise ConfigError(
+            "data.boundary_channels reads the splits whole: set data.reading=memory (or raise "
+            "data.memory_budget_mib), or set it false"
+        )
 
 
 def folder_normalizer(folder: DatasetFolder | None) -> Normalizer:

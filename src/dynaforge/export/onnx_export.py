@@ -42,6 +42,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from dynaforge.atomic import atomic_path
+from dynaforge.data.boundary import stored_fields_with_boundary
 from dynaforge.errors import RunError
 from dynaforge.export.checksum import CHECKSUM_KEY, METADATA_KEY, model_checksum
 from dynaforge.export.onnx_file import Holds, read_onnx_file
@@ -346,7 +347,8 @@ def real_frames(loaded: LoadedModel, data: str | Path | None) -> Tensor:
     if count == 0:
         raise ExportError(f"{root} has an empty test split; pass --data with a dataset that has test samples")
     # (N, T, *space, C); only these samples' shards are read
-    fields = dataset.read_split("test", count).fields
+    test = dataset.read_split("test", count)
+    fields = stored_fields_with_boundary(test.fields, test.params, test.param_names, shape.boundary)
     channels_first = np.moveaxis(fields, -1, 2)[:, : shape.history]  # (N, history, C, *space)
     frames = torch.as_tensor(np.ascontiguousarray(channels_first), dtype=torch.float32)
     return loaded.normalizer.physical_to_normalized(frames, shape.spatial_dims)

@@ -11,7 +11,9 @@ normalises with the statistics stored in the model file, calls the model on its 
 scores the physical predictions against the stored trajectories with PDEBench's nRMSE per predicted frame
 (the `rollout_nrmse` of `dynaforge evaluate`); where the data has an obstacle mask (a channel named
 `obstacle`), over the fluid cells and the other channels, as `dynaforge evaluate` scores it
-(`metrics.fields.fluid_fields`).
+(`metrics.fields.fluid_fields`). A model trained with boundary channels (`data.boundary_channels`; the
+exported `model_shape` names them under `boundary`) gets each sample's parameters of those names appended
+as constant channels, which are held, not predicted, and not scored.
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ def rollout_onnx(
     session, meta = open_checked_model(Path(model))
     shape, stride = meta["model_shape"], int(meta.get("stride", 1))
     history, horizon = int(shape["history"]), int(shape["horizon"])
-    stored, names = read_split(Path(data), split, samples)  # (N, T, C, *space)
+    stored, names, params = read_split(Path(data), split, samples)  # (N, T, C, *space)
+    physical = stored.shape[2]
+    stored = with_boundary_channels(stored, params, [str(n) for n in shape.get("boundary", ())], data)
     trajectories = stored[:, ::stride]
     check_grid(trajectories, meta, data)
     available = trajectories.shape[1] - history
@@ -82,10 +86,12 @@ def rollout_onnx(
         (step,) = session.run(["next_frames"], {"frames": window.astype(np.float32)})
         predicted.append(step)
         window = np.concatenate([window, step], axis=1)[:, -history:]
-    physical = np.concatenate(predicted, axis=1)[:, :frames] * std + mean
-    truth = trajectories[:, history : history + frames]
+    predicted_physical = (np.concatenate(predicted, axis=1)[:, :frames] * std + mean)[:, :, :physical]
+    truth = trajectories[:, history : history + frames, :physical]
     obstacle = names.index(OBSTACLE) if OBSTACLE in names else None
-    return OnnxRollout(nrmse_per_frame(physical, truth, obstacle), physical, truth, trajectories.shape[0])
+    return OnnxRollout(
+        nrmse_per_frame(predicted_physical, truth, obstacle), predicted_physical, truth, trajectories.shape[0]
+    )
 
 
 def check_counts(frames: int | None, samples: int | None) -> None:
@@ -198,9 +204,16 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(error).__name__
 
 
-def read_split(root: Path, split: str, samples: int | None) -> tuple[np.ndarray, list[str]]:
-    """Every complete shard of `split`, in order: fields (N, T, C, *space) float32, channels first, and the
-    channel names (the first shard's `channel_names`; `u`, `u0`, ... where it has none)."""
+class StoredParams(NamedTuple):
+    values: np.ndarray
+    """Each sample's parameters (N, P)."""
+    names: list[str]
+
+
+def read_split(root: Path, split: str, samples: int | None) -> tuple[np.ndarray, list[str], StoredParams]:
+    """Every complete shard of `split`, in order: fields (N, T, C, *space) float32, channels first, the
+    channel names (the first shard's `channel_names`; `u`, `u0`, ... where it has none) and the samples'
+    parameters."""
     manifest_path = root / "manifest.json"
     if not manifest_path.exists():
         raise RunError(
@@ -218,13 +231,18 @@ def read_split(root: Path, split: str, samples: int | None) -> tuple[np.ndarray,
     )
     if not shards:
         raise RunError(f"{root} has no {split} samples")
-    parts = []
+    parts, params = [], []
     names: list[str] = []
+    param_names: list[str] = []
     count = 0
     for shard in shards:
         check_shard(root, shard)
         with h5py.File(root / shard["file"], "r") as handle:
             parts.append(np.asarray(handle["fields"][: None if samples is None else samples - count]))
+            params.append(np.asarray(handle["params"][: parts[-1].shape[0]], dtype=np.float64))
+            param_names = param_names or [
+                n.decode() if isinstance(n, bytes) else str(n) for n in handle["param_names"][...]
+            ]
             names = names or [str(n) for n in handle.attrs.get("channel_names", [])]
         count += parts[-1].shape[0]
         if samples is not None and count >= samples:
@@ -235,7 +253,30 @@ def read_split(root: Path, split: str, samples: int | None) -> tuple[np.ndarray,
             f"trajectories; pass --samples {count} or fewer"
         )
     fields = np.concatenate(parts).astype(np.float32)  # (N, T, *space, C)
-    return np.ascontiguousarray(np.moveaxis(fields, -1, 2)), names
+    return (
+        np.ascontiguousarray(np.moveaxis(fields, -1, 2)),
+        names,
+        StoredParams(np.concatenate(params), param_names),
+    )
+
+
+def with_boundary_channels(
+    stored: np.ndarray, params: StoredParams, boundary: list[str], data: str | Path
+) -> np.ndarray:
+    """Fields (N, T, C, *space) with the parameters `boundary` appended as constant channels, as the model
+    was trained (`dynaforge.data.boundary`)."""
+    if not boundary:
+        return stored
+    missing = [name for name in boundary if name not in params.names]
+    if missing:
+        raise RunError(
+            f"{data}: the model reads the boundary parameters {boundary} as channels, the data has no "
+            f"{missing}; roll it out on data of the system it was trained on"
+        )
+    values = params.values[:, [params.names.index(name) for name in boundary]].astype(np.float32)
+    view = values.reshape(values.shape[0], 1, values.shape[1], *(1 for _ in stored.shape[3:]))
+    constant = np.broadcast_to(view, (stored.shape[0], stored.shape[1], values.shape[1], *stored.shape[3:]))
+    return np.concatenate([stored, constant], axis=2)
 
 
 def check_shard(root: Path, record: dict[str, Any]) -> None:

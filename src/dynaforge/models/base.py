@@ -5,7 +5,7 @@ Conventions:
 - A model maps the last `history` frames to the next `horizon` frames; with `residual` it predicts the
   change from the last input frame, which starts training from "nothing changes" instead of from noise.
 - The spatial domain is periodic; the models are resolution-independent (FNO up to its kept modes).
-- `ModelShape.held` channels (a per-sample obstacle mask) are inputs only: every output frame holds them as
+- `ModelShape.held` channels (a per-sample obstacle mask, boundary values) are inputs only: every output frame holds them as
   the last input frame has them, and the network predicts the other channels (`frames_prediction`).
 """
 
@@ -47,7 +47,11 @@ class ModelShape(NamedTuple):
     """Spatial axes of a frame."""
     held: tuple[int, ...] = ()
     """Channels the model is given but does not predict: a per-sample input that does not change in time
-    (the cylinder's `obstacle` mask). Each output frame holds them as the last input frame has them."""
+    (the cylinder's `obstacle` mask, the boundary channels). Each output frame holds them as the last input
+    frame has them."""
+    boundary: tuple[str, ...] = ()
+    """The boundary parameters given as the last `len(boundary)` channels, constant fields of each sample's
+    value (`data.boundary_channels`, `dynaforge.data.boundary`); they are among `held`."""
 
     @property
     def in_channels(self) -> int:
@@ -65,7 +69,13 @@ class ModelShape(NamedTuple):
 
 def shape_from_dict(record: Mapping[str, Any]) -> ModelShape:
     """The shape a checkpoint records (`ModelShape._asdict()`; `held` may come back as a list)."""
-    return ModelShape(**{**record, "held": tuple(int(c) for c in record.get("held", ()))})
+    return ModelShape(
+        **{
+            **record,
+            "held": tuple(int(c) for c in record.get("held", ())),
+            "boundary": tuple(str(name) for name in record.get("boundary", ())),
+        }
+    )
 
 
 def check_input(inputs: ModelInput, shape: ModelShape) -> None:

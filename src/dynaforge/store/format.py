@@ -44,6 +44,18 @@ Dirichlet or Neumann side, a no-slip wall; `OPEN`: inflow or outflow; `PERIODIC`
 periodic on every axis; each sample's boundary values are its parameters (`left_value`, `lid_speed`, ...)."""
 
 
+BOUNDARY_SIDES = ("left", "right", "bottom", "top")
+BOUNDARY_VALUES = ("value", "amplitude", "frequency")
+FLOW_BOUNDARY_PARAMETERS = ("lid_speed", "inflow_peak")
+
+
+def is_boundary_parameter(name: str) -> bool:
+    """Whether parameter `name` is a boundary value: `<side>_value`, `<side>_amplitude`,
+    `<side>_frequency` of a walled system's side, the cavity's `lid_speed` or the cylinder's `inflow_peak`."""
+    side, _, what = name.partition("_")
+    return (side in BOUNDARY_SIDES and what in BOUNDARY_VALUES) or name in FLOW_BOUNDARY_PARAMETERS
+
+
 def held_channels(names: tuple[str, ...] | list[str]) -> tuple[int, ...]:
     """The positions of the channels a surrogate is given but does not predict (`OBSTACLE_CHANNEL`)."""
     return tuple(i for i, name in enumerate(names) if name == OBSTACLE_CHANNEL)

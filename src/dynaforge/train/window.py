@@ -106,6 +106,7 @@ class WindowTask:
             horizon=self.config.data.horizon,
             spatial_dims=sources.spatial_dims,
             held=sources.held,
+            boundary=sources.boundary,
         )
         self.batches_per_epoch = len(self.train_loader)
         if self.init_from is not None:  # checked here, before the run folder is written

@@ -1,0 +1,120 @@
+"""Boundary values as input channels (`data.boundary_channels`).
+
+A walled system stores each sample's boundary values as parameters (`left_value`, `left_amplitude`,
+`left_frequency`, ..., `lid_speed`; `store.format.is_boundary_parameter`). Those that differ between the
+train samples are given to a surrogate as extra channels after the physical ones: one field per parameter,
+constant in space and time, equal to that sample's value. They are normalised with the parameter's mean and
+standard deviation over the train samples (appended to the fields' normaliser), held from the input like an
+obstacle mask (`ModelShape.held`: not predicted, carried along in rollouts) and cut off before scoring. The
+checkpoint records their names (`ModelShape.boundary`), so evaluation appends the same channels to its test
+trajectories. A value that varies in time (an oscillating wall) is given by its parameters, not by its value
+at the frame's time: the phase reaches the model through the frames (a Dirichlet wall's nodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from dynaforge.data.normalize import Normalizer
+from dynaforge.errors import ConfigError, DatasetError
+from dynaforge.store import DatasetFolder
+from dynaforge.store.format import is_boundary_parameter
+from dynaforge.store.layout import fields_from_disk
+
+
+def varying_boundary_parameters(names: Sequence[str], params: np.ndarray) -> tuple[str, ...]:
+    """The boundary parameters among `names` whose values differ between the samples `params` (N, P)."""
+    chosen = []
+    for column, name in enumerate(names):
+        values = params[:, column]
+        if is_boundary_parameter(name) and values.size and np.ptp(values) > 0:
+            chosen.append(name)
+    return tuple(chosen)
+
+
+def boundary_columns(names: Sequence[str], boundary: Sequence[str]) -> list[int]:
+    """The columns of the parameters `boundary` in a split whose parameters are `names`."""
+    missing = [name for name in boundary if name not in names]
+    if missing:
+        raise DatasetError(
+            f"the model is given the boundary parameters {list(boundary)} as channels, the data has no "
+            f"{missing} (its parameters: {list(names)}); evaluate on data of the system it was trained on"
+        )
+    return [list(names).index(name) for name in boundary]
+
+
+def boundary_fields(
+    params: np.ndarray, names: Sequence[str], boundary: Sequence[str], frames: int, space: Sequence[int]
+) -> Float[Tensor, "samples time boundary *space"]:
+    """Each sample's `boundary` parameters (from `params` (N, P), columns named `names`) broadcast to
+    constant fields (N, frames, len(boundary), *space), float32, physical units."""
+    values = torch.as_tensor(params[:, boundary_columns(names, boundary)], dtype=torch.float32)
+    view = values.view(values.shape[0], 1, values.shape[1], *(1 for _ in space))
+    return view.expand(values.shape[0], frames, values.shape[1], *space)
+
+
+def with_boundary_channels(
+    frames: Float[Tensor, "samples time channels *space"],
+    params: np.ndarray,
+    names: Sequence[str],
+    boundary: Sequence[str],
+) -> Float[Tensor, "samples time all *space"]:
+    """Physical frames (N, T, C, *space) with the `boundary` parameters appended as constant channels."""
+    if not boundary:
+        return frames
+    fields = boundary_fields(params, names, boundary, frames.shape[1], frames.shape[3:])
+    return torch.cat([frames, fields.to(frames.dtype)], dim=2)
+
+
+def split_frames_with_boundary(
+    folder: DatasetFolder, split: str, boundary: Sequence[str]
+) -> Float[Tensor, "samples time all *space"]:
+    """The split's physical trajectories (N, T, C, *space) with the `boundary` channels appended."""
+    if not boundary:
+        return folder.split_frames(split)
+    arrays = folder.read_split(split)
+    return with_boundary_channels(
+        fields_from_disk(arrays.fields), arrays.params, arrays.param_names, boundary
+    )
+
+
+def stored_fields_with_boundary(
+    fields: np.ndarray, params: np.ndarray, names: Sequence[str], boundary: Sequence[str]
+) -> np.ndarray:
+    """Stored-layout fields (N, T, *space, C) float32 with the `boundary` channels appended last (what
+    evaluation feeds a model trained with them)."""
+    if not boundary:
+        return fields
+    values = params[:, boundary_columns(names, boundary)].astype(fields.dtype)
+    view = values.reshape(values.shape[0], *(1 for _ in fields.shape[1:-1]), values.shape[1])
+    constant = np.broadcast_to(view, (*fields.shape[:-1], values.shape[1]))
+    return np.concatenate([fields, constant], axis=-1)
+
+
+def boundary_normalizer(
+    normalizer: Normalizer, params: np.ndarray, names: Sequence[str], boundary: Sequence[str]
+) -> Normalizer:
+    """`normalizer` of the physical channels, followed by each `boundary` parameter's mean and standard
+    deviation over the train samples `params` (N, P)."""
+    values = params[:, boundary_columns(names, boundary)].astype(np.float64)
+    return Normalizer(
+        list(normalizer.mean) + values.mean(axis=0).tolist(),
+        list(normalizer.std) + values.std(axis=0).tolist(),
+    )
+
+
+def boundary_parameters_of(names: Sequence[str], params: np.ndarray) -> tuple[str, ...]:
+    """The boundary parameters to give as channels (`data.boundary_channels`), refused when none differ."""
+    boundary = varying_boundary_parameters(names, params)
+    if not boundary:
+        raise ConfigError(
+            "data.boundary_channels: the train samples share every boundary value (parameters "
+            f"{list(names)}), so there is nothing per sample to give the model; set it false, or draw the "
+            "boundary values per sample (system.boundary.<side>.value: {low, high})"
+        )
+    return boundary

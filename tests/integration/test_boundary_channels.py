@@ -1,0 +1,108 @@
+"""Boundary values as input channels (`data.boundary_channels`, issue 35 item 5): each sample's boundary
+parameters that differ between the train samples reach the model as constant channels, held (not
+predicted), recorded in the checkpoint, appended again by evaluation and by the ONNX rollout, and not
+scored."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dynaforge.cli import main
+from dynaforge.data.boundary import (
+    boundary_normalizer,
+    boundary_parameters_of,
+    stored_fields_with_boundary,
+    varying_boundary_parameters,
+    with_boundary_channels,
+)
+from dynaforge.data.normalize import Normalizer
+from dynaforge.errors import ConfigError
+from dynaforge.store import DatasetFolder
+
+REPO = Path(__file__).resolve().parents[2]
+NAMES = ["diffusivity", "left_value", "left_amplitude", "right_value", "right_amplitude", "domain_length"]
+PARAMS = np.array(
+    [
+        [0.05, 0.1, 0.3, -0.2, 0.0, 1.0],
+        [0.08, 0.7, 0.4, 0.3, 0.0, 1.0],
+        [0.02, 0.4, 0.2, 0.1, 0.0, 1.0],
+    ]
+)
+
+
+def test_boundary_channels_carry_each_samples_values() -> None:
+    boundary = varying_boundary_parameters(NAMES, PARAMS)
+    # diffusivity varies but is no boundary value; right_amplitude is a boundary value shared by all
+    assert boundary == ("left_value", "left_amplitude", "right_value")
+    frames = torch.randn(3, 4, 2, 5)  # (N, T, C, X)
+    appended = with_boundary_channels(frames, PARAMS, NAMES, boundary)
+    assert appended.shape == (3, 4, 5, 5)
+    torch.testing.assert_close(appended[:, :, :2], frames, rtol=0, atol=0)
+    for sample in range(3):
+        for k, column in enumerate((1, 2, 3)):
+            expected = torch.full((4, 5), PARAMS[sample, column], dtype=torch.float32)
+            torch.testing.assert_close(appended[sample, :, 2 + k], expected, rtol=0, atol=0)
+    stored = np.moveaxis(frames.numpy(), 2, -1)  # (N, T, X, C): the stored layout evaluation reads
+    again = stored_fields_with_boundary(stored, PARAMS, NAMES, boundary)
+    np.testing.assert_array_equal(np.moveaxis(again, -1, 2), appended.numpy())
+    normalizer = boundary_normalizer(Normalizer([0.5, -1.0], [2.0, 3.0]), PARAMS, NAMES, boundary)
+    np.testing.assert_allclose(normalizer.mean[2:], PARAMS[:, 1:4].mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(normalizer.std[2:], PARAMS[:, 1:4].std(axis=0), rtol=1e-12)
+    assert normalizer.mean[:2] == [0.5, -1.0]
+    with pytest.raises(ConfigError, match="data.boundary_channels"):
+        boundary_parameters_of(NAMES, PARAMS[:1])  # one sample: nothing differs
+
+
+TINY = [
+    "dataset.n_train=4",
+    "dataset.n_val=1",
+    "dataset.n_test=2",
+    "dataset.shard_size=4",
+    "dataset.batch_size=4",
+    "data.batch_size=4",
+    "system.steps=80",
+    "system.save_every=20",
+    "model.width=8",
+    "model.modes=4",
+    "model.layers=2",
+    "model.projection=8",
+    "train.time_budget=null",
+    "train.epochs=2",
+    "train.log_every=1",
+    "evaluate.rollout_frames=2",
+    "evaluate.plot_samples=1",
+]
+
+
+def test_a_bounded_run_with_boundary_channels_trains_evaluates_and_exports(
+    tmp_path: Path, one_thread: None
+) -> None:
+    config = REPO / "configs" / "heat_bounded_1d.yaml"
+    arguments = ["-q", "run", "--out", str(tmp_path), "--no-progress", str(config), *TINY]
+    assert main([*arguments, "data.boundary_channels=true"]) == 0
+    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)
+    shape = checkpoint["model_shape"]
+    # the preset draws the left end's value, amplitude and frequency and the right end's flux per sample
+    assert tuple(shape["boundary"]) == ("left_value", "left_amplitude", "left_frequency", "right_value")
+    assert shape["channels"] == 5 and list(shape["held"]) == [1, 2, 3, 4]
+    assert len(checkpoint["normalization"]["mean"]) == 5
+    metrics = json.loads((tmp_path / "run" / "eval" / "metrics.json").read_text())
+    assert np.isfinite(metrics["one_step_nrmse"]) and metrics["one_step_nrmse"] > 0
+    assert len(metrics["rollout_nrmse"]) == 2 and all(np.isfinite(metrics["rollout_nrmse"]))
+    if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnxscript") is None:
+        return
+    from dynaforge.export.onnx_rollout import rollout_onnx  # with the optional export extra only
+
+    onnx_path = tmp_path / "model.onnx"
+    assert main(["-q", "export", str(tmp_path / "run"), "--out", str(onnx_path)]) == 0
+    result = rollout_onnx(onnx_path, tmp_path / "data", frames=2)
+    assert result.predicted.shape[2] == 1  # the boundary channels are not scored
+    test = DatasetFolder(tmp_path / "data").read_split("test")
+    np.testing.assert_allclose(result.truth[:, :, 0], test.fields[:, 2:4, :, 0], rtol=0, atol=0)
+    np.testing.assert_allclose(result.nrmse, metrics["rollout_nrmse"], rtol=1e-4)
