@@ -68,6 +68,9 @@ PRESETS = {
 }
 
 
+HELD = {"cylinder": [2], "heat_bounded_1d": [1, 2, 3, 4]}
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_a_bounded_preset_runs_to_an_evaluated_surrogate(
     tmp_path: Path, preset: str, one_thread: None
@@ -79,7 +82,9 @@ def test_a_bounded_preset_runs_to_an_evaluated_surrogate(
     assert np.isfinite(metrics["one_step_nrmse"]) and metrics["one_step_nrmse"] > 0
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)
     held = list(checkpoint["model_shape"].get("held", ()))
-    assert held == ([2] if preset == "cylinder" else [])  # the obstacle mask is an input, not an output
+    # the obstacle mask is an input, not an output; so are the heated rod's boundary values (its preset
+    # gives them as channels: its left end's value, amplitude and frequency, its right end's flux)
+    assert held == HELD.get(preset, [])
     evaluation = tmp_path / "run" / "eval"
     flow = preset in ("cavity", "cylinder")  # u and v on a 2D grid: the report draws their vorticity
     assert (evaluation / "vorticity.png").exists() == flow
