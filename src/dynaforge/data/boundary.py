@@ -23,7 +23,7 @@ from torch import Tensor
 from dynaforge.data.normalize import Normalizer
 from dynaforge.errors import ConfigError, DatasetError
 from dynaforge.store import DatasetFolder
-from dynaforge.store.format import is_boundary_parameter
+from dynaforge.store.format import SplitArrays, is_boundary_parameter
 from dynaforge.store.layout import fields_from_disk
 
 
@@ -94,6 +94,14 @@ def stored_fields_with_boundary(
     view = values.reshape(values.shape[0], *(1 for _ in fields.shape[1:-1]), values.shape[1])
     constant = np.broadcast_to(view, (*fields.shape[:-1], values.shape[1]))
     return np.concatenate([fields, constant], axis=-1)
+
+
+def split_with_boundary(arrays: SplitArrays, boundary: Sequence[str]) -> SplitArrays:
+    """A split read by `DatasetFolder.read_split` with the `boundary` channels appended to its fields."""
+    if not boundary:
+        return arrays
+    fields = stored_fields_with_boundary(arrays.fields, arrays.params, arrays.param_names, boundary)
+    return arrays._replace(fields=fields)
 
 
 def boundary_normalizer(

@@ -38,7 +38,7 @@ from dynaforge.config import (
     resolve_device,
 )
 from dynaforge.data import DataIdentity, check_same_data, data_fingerprint
-from dynaforge.data.boundary import stored_fields_with_boundary
+from dynaforge.data.boundary import split_with_boundary
 from dynaforge.errors import DATA, RunError
 from dynaforge.evaluate.ensembles import ENSEMBLE_MEMBERS, ensembles_section, spread_error_figure
 from dynaforge.evaluate.plots import (
@@ -55,7 +55,7 @@ from dynaforge.evaluate.plots import (
     training_curves_figure,
 )
 from dynaforge.evaluate.report import render_report
-from dynaforge.evaluate.rollout import Rollouts, one_step_predictions, rollouts
+from dynaforge.evaluate.rollout import Rollouts, one_step_predictions, physical_channels, rollouts
 from dynaforge.evaluate.stack_report import (
     is_stack,
     stack_ensembles,
@@ -170,11 +170,7 @@ def evaluate(
     if "data_identity" in checkpoint:  # runs trained before it was recorded: check_compatible only
         check_same_data(DataIdentity.from_dict(checkpoint["data_identity"]), dataset, str(folder.root))
     test = dataset.read_split("test", config.test_samples)
-    physical = test.fields.shape[-1]
-    if shape.boundary:  # the model reads each sample's boundary values as channels (data.boundary_channels)
-        test = test._replace(
-            fields=stored_fields_with_boundary(test.fields, test.params, test.param_names, shape.boundary)
-        )
+    physical, test = test.fields.shape[-1], split_with_boundary(test, shape.boundary)
     check_compatible(test.fields, shape, dataset.root)
     stride, batch_size = trained.data.stride, trained.data.batch_size
     settings = metric_settings(config, dataset, test, shape, stride)
@@ -204,14 +200,7 @@ def evaluate(
             device,
         )
     if shape.boundary:  # the boundary channels are inputs, not fields: neither scored nor drawn
-        one_step = one_step._replace(
-            predicted=one_step.predicted[:, :, :physical], truth=one_step.truth[:, :, :physical]
-        )
-        rolled = rolled._replace(
-            inputs=rolled.inputs[:, :, :physical],
-            predicted=rolled.predicted[:, :, :physical],
-            truth=rolled.truth[:, :, :physical],
-        )
+        one_step, rolled = physical_channels(one_step, physical), physical_channels(rolled, physical)
         test = test._replace(fields=test.fields[..., :physical])
     # Scores reduce whole tensors: on one intra-op thread, their sums do not depend on the thread count.
     one_step_scores = on_one_thread(lambda: score_predictions(one_step, settings))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -42,6 +42,14 @@ class Rollouts(NamedTuple):
     inputs: Float[Tensor, "samples history channels *space"]
     predicted: Float[Tensor, "samples frames channels *space"]
     truth: Float[Tensor, "samples frames channels *space"]
+
+
+FramesT = TypeVar("FramesT", "Predictions", "Rollouts")
+
+
+def physical_channels(frames: FramesT, channels: int) -> FramesT:
+    """`Predictions` or `Rollouts` cut to their first `channels` channels (the boundary channels left out)."""
+    return type(frames)(*(part[:, :, :channels] for part in frames))
 
 
 def predict_physical(
