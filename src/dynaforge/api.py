@@ -297,7 +297,9 @@ class Run:
     """A trained surrogate from a run folder: the model (eval mode), its config, shape and normaliser.
 
     `predict` and `rollout` take and return physical units, frames channels first; the model's time step
-    is `config.data.stride` stored frames.
+    is `config.data.stride` stored frames. A run trained with `data.boundary_channels` takes and returns
+    each sample's boundary values as its last channels (`shape.boundary` names them; append them with
+    `dynaforge.data.boundary.with_boundary_channels`).
     """
 
     root: Path
@@ -428,8 +430,15 @@ def read_sample(folder: DatasetFolder, split: str, index: int) -> Sample:
 
 
 def expected_frames(shape: ModelShape) -> str:
+    boundary = (
+        f"; the last {len(shape.boundary)} channels are each sample's boundary values {list(shape.boundary)} "
+        "as constant fields (dynaforge.data.boundary.with_boundary_channels)"
+        if shape.boundary
+        else ""
+    )
     return (
         f"(batch, history={shape.history}, channels={shape.channels}, *space with {shape.spatial_dims} axes)"
+        + boundary
     )
 
 
