@@ -137,3 +137,28 @@ def test_the_python_api_takes_the_boundary_channels_and_names_them_when_missing(
     assert predicted.shape[2] == 5
     # held, not predicted: the input values back, up to normalising and back in float32 (a few ulps)
     torch.testing.assert_close(predicted[:, :, 1:], frames[:, 2:4, 1:], rtol=1e-6, atol=1e-6)
+
+
+SHARED_VALUES = [
+    "system.boundary.left.value=0.5",
+    "system.boundary.left.amplitude=0",
+    "system.boundary.left.frequency=1",
+    "system.boundary.right.value=0",
+]
+
+
+@pytest.mark.parametrize("case", ["lazy reading", "values shared by every sample"])
+def test_what_boundary_channels_cannot_take_is_refused_naming_the_fix(
+    bounded_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    config = REPO / "configs" / "heat_bounded_1d.yaml"
+    data, override, fix = bounded_run / "data", "data.reading=lazy", "data.reading=memory"
+    if case == "values shared by every sample":  # nothing per sample to give
+        data, override, fix = tmp_path / "data", "data.boundary_channels=true", "set it false"
+        generate = ["-q", "generate", "--out", str(data), str(config), *TINY[:5], *SHARED_VALUES]
+        assert main([*generate, "system.steps=20"]) == 0
+    train = ["-q", "train", "--no-progress", "--data", str(data), "--out", str(tmp_path / "run"), str(config)]
+    assert main([*train, *TINY, override]) == 2
+    error = capsys.readouterr().err
+    assert "error: data.boundary_channels" in error and fix in error
+    assert not (tmp_path / "run" / "checkpoints").exists()
