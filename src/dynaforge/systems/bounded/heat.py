@@ -55,11 +55,6 @@ class HeatBounded(BoundedSystem):
                 "system.discretisation=chebyshev: Chebyshev collocation is stepped exactly in time only; "
                 "set system.time_stepping=exact (or system.discretisation=finite_difference)"
             )
-        if config.discretisation == "chebyshev" and config.resolution < 4:
-            raise ConfigError(
-                f"system.resolution={config.resolution}: Chebyshev collocation needs at least 4 nodes per axis; "
-                "set system.resolution >= 4"
-            )
         super().__init__(config)
 
     @property
