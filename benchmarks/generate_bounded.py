@@ -12,7 +12,9 @@ error is measured against the truth at its own grid points (max norm at the fina
 dynaforge (`heat_bounded`, nodes j / (n - 1) with both ends) steps a batch of samples at once, two ways:
 exactly in time (`time_stepping: exact`: the semi-discrete solution at each of `FRAMES` stored frames, one
 inverse transform per frame, in the sine/cosine eigenbasis of its difference Laplacian) and with SSP-RK3
-(three Laplacians a step, at `STEP_FRACTION` of its stability bound). py-pde 0.59 steps one sample at a time
+(three Laplacians a step, at `STEP_FRACTION` of its stability bound); and at equal error, exactly in time
+with Chebyshev collocation (`discretisation: chebyshev`) on the fewest Gauss-Lobatto nodes per axis whose
+error at its own nodes is at most py-pde's (`equal_error_chebyshev`). py-pde 0.59 steps one sample at a time
 with its numba-compiled explicit Euler (one Laplacian a step, cells centred at (j + 1/2) / n) at
 `STEP_FRACTION` of its bound (the spatial error dominates there, so a smaller step buys it no accuracy); the
 errors printed beside the figures say how equal they are (`EQUAL_ERROR`). Timings exclude numba compilation
