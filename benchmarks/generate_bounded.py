@@ -12,7 +12,9 @@ error is measured against the truth at its own grid points (max norm at the fina
 dynaforge (`heat_bounded`, nodes j / (n - 1) with both ends) steps a batch of samples at once, two ways:
 exactly in time (`time_stepping: exact`: the semi-discrete solution at each of `FRAMES` stored frames, one
 inverse transform per frame, in the sine/cosine eigenbasis of its difference Laplacian) and with SSP-RK3
-(three Laplacians a step, at `STEP_FRACTION` of its stability bound). py-pde 0.59 steps one sample at a time
+(three Laplacians a step, at `STEP_FRACTION` of its stability bound); and at equal error, exactly in time
+with Chebyshev collocation (`discretisation: chebyshev`) on the fewest Gauss-Lobatto nodes per axis whose
+error at its own nodes is at most py-pde's (`equal_error_chebyshev`). py-pde 0.59 steps one sample at a time
 with its numba-compiled explicit Euler (one Laplacian a step, cells centred at (j + 1/2) / n) at
 `STEP_FRACTION` of its bound (the spatial error dominates there, so a smaller step buys it no accuracy); the
 errors printed beside the figures say how equal they are (`EQUAL_ERROR`). Timings exclude numba compilation
@@ -79,9 +81,26 @@ def cases(quick: bool) -> list[dict]:
             {"ndim": 1, "n": 32, "t_end": 0.05, "samples": 16, "exact_samples": 16, "pypde_samples": 1},
             {"ndim": 2, "n": 16, "t_end": 0.05, "samples": 16, "exact_samples": 16, "pypde_samples": 1},
         ]
+    # chebyshev_samples: the batch timed on the (much smaller) equal-error Chebyshev grid
     return [
-        {"ndim": 1, "n": 128, "t_end": 0.5, "samples": 1024, "exact_samples": 4096, "pypde_samples": 2},
-        {"ndim": 2, "n": 64, "t_end": 0.2, "samples": 32, "exact_samples": 256, "pypde_samples": 2},
+        {
+            "ndim": 1,
+            "n": 128,
+            "t_end": 0.5,
+            "samples": 1024,
+            "exact_samples": 4096,
+            "chebyshev_samples": 16384,
+            "pypde_samples": 2,
+        },
+        {
+            "ndim": 2,
+            "n": 64,
+            "t_end": 0.2,
+            "samples": 32,
+            "exact_samples": 256,
+            "chebyshev_samples": 4096,
+            "pypde_samples": 2,
+        },
     ]
 
 
@@ -116,14 +135,17 @@ def steps_for(t_end: float, bound: float) -> int:
     return math.ceil(t_end / (STEP_FRACTION * bound))
 
 
-def dynaforge_system(case: dict, exact: bool = False, dtype: str = "float64") -> HeatBounded:
-    """SSP-RK3 at STEP_FRACTION of its bound, or exact stepping with FRAMES frames to the final time."""
+def dynaforge_system(
+    case: dict, exact: bool = False, dtype: str = "float64", chebyshev_nodes: int | None = None
+) -> HeatBounded:
+    """SSP-RK3 at STEP_FRACTION of its bound, or exact stepping with FRAMES frames to the final time (on
+    `chebyshev_nodes` Gauss-Lobatto nodes per axis, `discretisation: chebyshev`, where given)."""
     h = 1.0 / (case["n"] - 1)
     bound = STABILITY_EXTENT[3][0] / (4 * NU * case["ndim"] / h**2)  # SSP-RK3 along the negative real axis
     steps = FRAMES if exact else steps_for(case["t_end"], bound)
     config = HeatBoundedConfig(
         ndim=case["ndim"],
-        resolution=case["n"],
+        resolution=chebyshev_nodes or case["n"],
         dt=case["t_end"] / steps,
         steps=steps,
         save_every=1 if exact else steps,
@@ -131,25 +153,38 @@ def dynaforge_system(case: dict, exact: bool = False, dtype: str = "float64") ->
         boundary=boundary(case["ndim"]),
         dtype=dtype,
         time_stepping="exact" if exact else "runge_kutta",
+        discretisation="finite_difference" if chebyshev_nodes is None else "chebyshev",
     )
     return HeatBounded(config)
 
 
-def time_dynaforge(system: HeatBounded, case: dict, samples: int) -> tuple[float, float]:
+def time_dynaforge(
+    system: HeatBounded, case: dict, samples: int, repeats: int = REPEATS
+) -> tuple[float, float]:
     """Seconds for a batch of `samples` rollouts to the final time (best of REPEATS with exact stepping,
     one run with Runge-Kutta), and the max error of one of them."""
-    n, ndim = case["n"], case["ndim"]
+    n, ndim = system.config.resolution, case["ndim"]
     drawn = system.draw_samples([np.random.default_rng(seed) for seed in range(samples)])
-    x, y = points(ndim, np.arange(n) / (n - 1))
+    x, y = points(ndim, system.unit_nodes())  # each tool's error at its own points
     u0 = torch.from_numpy(exact(ndim, x, y, 0.0)).expand(samples, 1, *([n] * ndim)).contiguous()
     system.rollout(u0[:16], drawn.params[:16], steps=2, save_every=1)  # warm-up
     seconds = math.inf
-    for _ in range(REPEATS if system.exact else 1):
+    for _ in range(repeats if system.exact else 1):
         start = time.perf_counter()
         fields = system.rollout(u0, drawn.params).fields
         seconds = min(seconds, time.perf_counter() - start)
     error = np.abs(fields[0, -1, 0].numpy() - exact(ndim, x, y, case["t_end"])).max()
     return seconds, float(error)
+
+
+def equal_error_chebyshev(case: dict, target: float, dtype: str) -> tuple[int, float]:
+    """The fewest Gauss-Lobatto nodes per axis (from 4) whose Chebyshev error at the final time is at most
+    `target` (py-pde's), and that error (one sample each; the figures are deterministic)."""
+    for n in range(4, case["n"] + 1):
+        _, error = time_dynaforge(dynaforge_system(case, True, dtype, chebyshev_nodes=n), case, 1, repeats=1)
+        if error <= target:
+            return n, error
+    raise RuntimeError(f"no Chebyshev grid up to {case['n']} nodes reaches py-pde's error {target:.3g}")
 
 
 def transform_floor(system: HeatBounded, samples: int) -> float:
@@ -281,6 +316,26 @@ def records(run: dict) -> list[dict]:
         record(run, alone, metric, side["samples_per_s"], run["pypde_samples_per_s"], exact_notes(dtype))
         for dtype, side in run["exact"].items()
     ]
+    n, ndim = run["n"], run["ndim"]
+    for dtype, side in run.get("chebyshev", {}).items():
+        nodes = side["nodes"]
+        grid = " x ".join([str(nodes)] * ndim)
+        notes = (
+            f"dynaforge Chebyshev collocation (`discretisation: chebyshev`) stepped exactly in time, {dtype}, on "
+            f"the fewest Gauss-Lobatto nodes whose error is at most py-pde's: {grid} nodes against py-pde's "
+            f"{' x '.join([str(n)] * ndim)} cells; {run['boundary']}; {errors}, at its cell centres; dynaforge "
+            f"{side['error']:.3g} at its own nodes ({FRAMES} frames stored to the final time, {dtype}, batches of "
+            f"{side['samples']}); error ratio py-pde / dynaforge {side['error_ratio']:.3g}; {where}"
+        )
+        case = (
+            f"heat {ndim}D at equal error: dynaforge Chebyshev {grid} vs py-pde {' x '.join([str(n)] * ndim)}"
+        )
+        result.append(
+            {
+                **record(run, alone, metric, side["samples_per_s"], run["pypde_samples_per_s"], notes),
+                "case": case,
+            }
+        )
     fastest = max(run["exact"], key=lambda dtype: run["exact"][dtype]["samples_per_s"])
     result.append(
         record(
@@ -324,6 +379,20 @@ def run_case(case: dict) -> dict:
             "error": error,
             "error_ratio": peer["error"] / error,
         }
+    chebyshev = {}
+    samples = case.get("chebyshev_samples", case["exact_samples"])
+    for dtype in EXACT_DTYPES:
+        nodes, _ = equal_error_chebyshev(case, peer["error"], dtype)
+        system = dynaforge_system(case, exact=True, dtype=dtype, chebyshev_nodes=nodes)
+        seconds, error = time_dynaforge(system, case, samples)
+        chebyshev[dtype] = {
+            "nodes": nodes,
+            "samples": samples,
+            "seconds": seconds,
+            "samples_per_s": samples / seconds,
+            "error": error,
+            "error_ratio": peer["error"] / error,
+        }
     rk_system = dynaforge_system(case)
     rk_seconds, rk_error = time_dynaforge(rk_system, case, case["samples"])
     return {
@@ -332,9 +401,12 @@ def run_case(case: dict) -> dict:
         if case["ndim"] == 1
         else "u = 0 left, du/dn = 0 right, u = 0 bottom and top",
         "t_end": case["t_end"],
+        "n": case["n"],
+        "ndim": case["ndim"],
         "frames": FRAMES,
         "exact_samples": case["exact_samples"],
         "exact": exact,
+        "chebyshev": chebyshev,
         "rk_samples": case["samples"],
         "rk_steps": rk_system.config.steps,
         "rk_dt": rk_system.config.dt,

@@ -50,6 +50,28 @@ BOUNDED = {
             "system.dtype=float64",
         ],
     ),
+    # the same, Chebyshev collocation: 1D float32 with the preset's sides; 2D with a Neumann bottom (a
+    # Neumann-Neumann corner with the flux on the right)
+    "heat_bounded_chebyshev_1d": (
+        CONFIGS / "heat_bounded_1d.yaml",
+        [
+            "system.resolution=17",
+            "system.steps=40",
+            "system.time_stepping=exact",
+            "system.discretisation=chebyshev",
+        ],
+    ),
+    "heat_bounded_chebyshev_2d": (
+        CONFIGS / "heat_bounded_1d.yaml",
+        [
+            "system.ndim=2",
+            "system.resolution=12",
+            "system.steps=40",
+            "system.time_stepping=exact",
+            "system.discretisation=chebyshev",
+            "system.boundary.bottom.kind=neumann",
+        ],
+    ),
     "fisher_kpp_bounded_1d": (
         CONFIGS / "heat_bounded_1d.yaml",
         [
@@ -106,8 +128,9 @@ def test_bounded_generation_is_the_same_bytes_for_any_batch_size_shard_split_and
 
 
 @pytest.mark.reproducibility
-def test_verify_regenerates_a_bounded_dataset_identically(tmp_path: Path) -> None:
-    generate(bounded_config("heat_bounded_1d", 5, 3, tmp_path), tmp_path / "data", progress=False)
+@pytest.mark.parametrize("family", ["heat_bounded_1d", "heat_bounded_chebyshev_2d"])
+def test_verify_regenerates_a_bounded_dataset_identically(family: str, tmp_path: Path) -> None:
+    generate(bounded_config(family, 5, 3, tmp_path), tmp_path / "data", progress=False)
     code, out = verify(str(tmp_path / "data"), "--samples", "all")
     assert code == 0, out
     assert "OK: 15 sample(s) regenerated, all identical" in out

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from dynaforge.config.base import Range
+from dynaforge.systems.bounded.chebyshev import unit_nodes
 from dynaforge.systems.bounded.heat import HeatBounded, HeatBoundedConfig
 from dynaforge.systems.bounded.system import BoundaryConfig, SideConfig
 
@@ -80,14 +81,16 @@ def final_frame(system: HeatBounded, u0: np.ndarray) -> np.ndarray:
     return system.rollout(torch.from_numpy(u0)[None, None], drawn.params).fields[0, -1, 0].numpy()
 
 
-def grid(ndim: int, n: int) -> list[np.ndarray]:
-    nodes = np.linspace(0.0, 1.0, n)
+def grid(ndim: int, n: int, discretisation: str = "finite_difference") -> list[np.ndarray]:
+    nodes = unit_nodes(n) if discretisation == "chebyshev" else np.linspace(0.0, 1.0, n)
     return [nodes] if ndim == 1 else list(np.meshgrid(nodes, nodes, indexing="ij"))
 
 
-def modes_error(ndim: int, kinds: tuple[str, ...], n: int) -> float:
+def modes_error(
+    ndim: int, kinds: tuple[str, ...], n: int, discretisation: str = "finite_difference"
+) -> float:
     """Max error at T_END of l + two decaying eigenfunction products (module docstring)."""
-    axes = grid(ndim, n)
+    axes = grid(ndim, n, discretisation)
     kind = dict(zip(SIDE_NAMES, kinds, strict=False))
     slope = 0.5 if ndim == 1 else 0.0
     sides = {}
@@ -110,15 +113,15 @@ def modes_error(ndim: int, kinds: tuple[str, ...], n: int) -> float:
             u = u + product * math.exp(-NU * rate * t)
         return u
 
-    final = final_frame(heat(ndim, n, sides), solution(0.0))
+    final = final_frame(heat(ndim, n, sides, discretisation=discretisation), solution(0.0))
     return float(np.abs(final - solution(T_END)).max())
 
 
-def stokes_error(ndim: int, far: str, n: int) -> float:
+def stokes_error(ndim: int, far: str, n: int, discretisation: str = "finite_difference") -> float:
     """Max error at T_END of Stokes' second problem, u(0, t) = sin(w t) (module docstring)."""
     omega = 4 * math.pi
     z = (1 + 1j) * math.sqrt(omega / (2 * NU))
-    axes = grid(ndim, n)
+    axes = grid(ndim, n, discretisation)
     x = axes[0]
     shape = np.sinh(z * (1 - x)) / np.sinh(z) if far == "dirichlet" else np.cosh(z * (1 - x)) / np.cosh(z)
 
@@ -133,7 +136,7 @@ def stokes_error(ndim: int, far: str, n: int) -> float:
         "bottom": SideConfig(kind="neumann"),
         "top": SideConfig(kind="neumann"),
     }
-    final = final_frame(heat(ndim, n, sides), solution(0.0))
+    final = final_frame(heat(ndim, n, sides, discretisation=discretisation), solution(0.0))
     return float(np.abs(final - solution(T_END)).max())
 
 

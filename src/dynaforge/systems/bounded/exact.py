@@ -32,6 +32,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from dynaforge.systems.bounded.chebyshev import cached_chebyshev_basis, laplacian, lift
 from dynaforge.systems.bounded.core import SIDES, BoundaryValues, sides_of
 
 
@@ -273,6 +274,7 @@ def exact_heat(
     write: Callable[[int, Tensor], None],
     on_frame: Callable[[int], None] | None = None,
     into: Tensor | None = None,
+    discretisation: str = "finite_difference",
 ) -> None:
     """The semi-discrete heat solution from `u0` at the frame times k save_every dt (k = 0 .. steps //
     save_every), each handed to `write(k, u)` (the Dirichlet nodes set from `boundary`, which must agree
@@ -281,10 +283,13 @@ def exact_heat(
     shape = tuple(u0.shape[2:])
     ndim = len(shape)
     dtype = u0.dtype
-    basis = cached_basis(shape, tuple(sorted(kinds.items())), dtype, u0.device)
+    chebyshev = discretisation == "chebyshev"
+    key = tuple(sorted(kinds.items()))
+    basis = (cached_chebyshev_basis if chebyshev else cached_basis)(shape, key, dtype, u0.device)
     h = lengths / (shape[0] - 1)
     # every per-mode array in the basis's working layout (`Basis.layout`)
-    mu = basis.layout(diffusivity.view(-1, 1, *([1] * ndim)) * basis.laplacian_eigenvalues(h))
+    eigenvalues = basis.laplacian_eigenvalues(lengths if chebyshev else h)
+    mu = basis.layout(diffusivity.view(-1, 1, *([1] * ndim)) * eigenvalues)
     span = save_every * dt
     growth = torch.exp(mu * span)
     phi = torch.where(mu == 0, span, torch.expm1(mu * span) / torch.where(mu == 0, 1.0, mu))
@@ -295,11 +300,17 @@ def exact_heat(
     mask = unknown_mask(shape, kinds).to(u0.device)
     steady: Tensor | None = None
     oscillating = []
+    offsets = []  # Chebyshev: (lift on the Neumann nodes, series), added to each frame
     for side, series in sides.items():
         moving = bool((series.amplitude != 0).any())
         if not bool((series.value != 0).any()) and not moving:
             continue
-        pattern = spectral(torch.where(mask, forcing_pattern(side, kinds[side], series, h, shape), 0.0))
+        if chebyshev:
+            lifted = lift(side, kinds, series.profile, lengths, shape)
+            pattern = spectral(laplacian(lifted, lengths))  # read on the evolved nodes only
+            offsets.append((torch.where(mask, lifted, 0.0), series))
+        else:
+            pattern = spectral(torch.where(mask, forcing_pattern(side, kinds[side], series, h, shape), 0.0))
         scale = basis.per_sample(diffusivity)
         term = pattern * (scale * basis.per_sample(series.value) * phi).to(dtype)
         steady = term if steady is None else steady + term
@@ -309,8 +320,11 @@ def exact_heat(
     decay = growth.to(dtype).contiguous()
 
     def impose(u: Tensor, t: float) -> Tensor:
-        """`u` with its Dirichlet nodes set, y sides first so that x sides win the corners; in place on
-        purpose."""
+        """`u` with its Dirichlet nodes set, y sides first so that x sides win the corners (and the
+        Chebyshev lifts added on the Neumann nodes); in place on purpose."""
+        for lifted, series in offsets:
+            c = series.value + series.amplitude * torch.sin(series.angular * t)
+            u.add_((lifted * c.view(-1, *([1] * (lifted.dim() - 1)))).to(dtype))
         values = boundary(t)
         for side in reversed(sides_of(ndim)):
             if kinds[side] == "dirichlet":
@@ -319,13 +333,16 @@ def exact_heat(
                 u.narrow(dim, shape[axis] - 1 if high else 0, 1).copy_(values[side].unsqueeze(dim))
         return u
 
-    start = impose(u0.clone(), 0.0)
+    work = basis.workspace(u0.shape[0], u0.shape[1])
+    if chebyshev:  # the Neumann nodes from the evolved ones and the boundary values (they are not free)
+        start = impose(basis.to_grid(basis.to_spectral(u0), torch.empty_like(u0), work), 0.0)
+    else:
+        start = impose(u0.clone(), 0.0)
     if into is None:
         write(0, start)
     else:
         into[:, 0].copy_(start)
     v = basis.to_spectral(start)  # a fresh tensor, advanced in place below
-    work = basis.workspace(start.shape[0], start.shape[1])
     grid = start  # each frame's nodes, written over (`write` copies them)
     for k in range(1, steps // save_every + 1):
         t0, t1 = (k - 1) * save_every * dt, k * save_every * dt

@@ -279,8 +279,12 @@ class BoundedSystem(BlockSteppedSystem):
         if self.ndim == 1 or getattr(self.config.boundary, side).profile == "uniform":
             return None
         n = self.config.resolution
-        s = torch.arange(n, dtype=torch.float64, device=device) / (n - 1)
+        s = torch.from_numpy(self.unit_nodes()).to(device)
         return (4 * s * (1 - s)).view(1, 1, n)
+
+    def unit_nodes(self) -> np.ndarray:
+        """The nodes of an axis on [0, 1]: j / (n - 1), both ends included."""
+        return np.arange(self.config.resolution) / (self.config.resolution - 1)
 
     def boundary_values(
         self, params: Float[Tensor, "batch n_params"], names: Sequence[str] | None = None
@@ -315,9 +319,9 @@ class BoundedSystem(BlockSteppedSystem):
     # ---- what the store keeps -------------------------------------------------------------------
 
     def coordinates(self, params: np.ndarray) -> dict[str, np.ndarray]:
-        """The nodes x_j = j L / (n - 1) of every axis, per sample (both ends included)."""
+        """The nodes x_j = L `unit_nodes` of every axis, per sample (both ends included)."""
         lengths = params[:, list(self.parameter_names).index("domain_length")]
-        nodes = np.arange(self.config.resolution) / (self.config.resolution - 1)
+        nodes = self.unit_nodes()
         return {axis: lengths[:, None] * nodes[None, :] for axis in self.axis_names}
 
     def shard_attributes(self, split: str, split_size: int, base_seed: int) -> dict[str, Any]:
