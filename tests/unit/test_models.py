@@ -70,6 +70,18 @@ def test_residual_model_starts_as_persistence(name: str) -> None:
     torch.testing.assert_close(output, frames[:, -1:].expand(-1, 3, -1, -1))
 
 
+@pytest.mark.parametrize("name", ["fno", "unet"])
+def test_output_layer_is_the_layer_a_residual_model_zeroes(name: str) -> None:
+    """`GridModel.output_layer` (what the refiner zeroes too) is the layer that writes the update: all zero
+    in a residual model, random without `residual`."""
+    shape = ModelShape(channels=2, history=2, horizon=1)
+    zeroed, random = make(name, shape).output_layer(), make(name, shape, residual=False).output_layer()
+    assert zeroed is not None and random is not None
+    assert all(torch.count_nonzero(p) == 0 for p in zeroed.parameters())
+    assert torch.count_nonzero(next(random.parameters())) > 0
+    assert set(dict(random.named_parameters())) == set(dict(zeroed.named_parameters()))
+
+
 def test_fno_commutes_with_periodic_shifts() -> None:
     model = make("fno", ModelShape(channels=1, history=1, horizon=1), residual=False)
     frames = torch.randn(2, 1, 1, 32, dtype=torch.float32)

@@ -189,3 +189,9 @@ class GridModel(nn.Module):
         super().__init__()
         check_spatial_dims(shape, supported, name)
         self.config, self.shape = config, shape
+
+    def output_layer(self) -> nn.Module | None:
+        """The layer that writes the model's update, zeroed at the start of a residual model and of a
+        refiner's network (`dynaforge.models.refiner.build_refiner`); None for a model without one such
+        layer (it is then left as initialised)."""
+        return None

@@ -154,9 +154,9 @@ def build_refiner(
     random output layer instead, the K = 0 refiner trained worse than the same network through the plain
     trainer (U-Net, KS, 400 steps: one-step loss 7.1e-5 against 3.0e-5, docs/long_rollouts.md)."""
     network = build_model(dataclasses.replace(config, residual=False), network_shape(shape))
-    output_layer = getattr(network, "output_layer", None)
-    if callable(output_layer):
-        zero_layer(output_layer())
+    layer = network.output_layer()
+    if layer is not None:
+        zero_layer(layer)
     return Refiner(network, shape, steps, min_noise_std, change_scale)
 
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from torch import nn
-
 from dynaforge.config import MODEL_CONFIGS, ModelConfig
 from dynaforge.errors import ConfigError
-from dynaforge.models.base import ModelShape
+from dynaforge.models.base import GridModel, ModelShape
 from dynaforge.models.flow import FlowNet
 from dynaforge.models.fno import FNO
 from dynaforge.models.latent import LatentOperator
 from dynaforge.models.unet import UNet
 
-MODELS: dict[str, type[nn.Module]] = {
+MODELS: dict[str, type[GridModel]] = {
     "fno": FNO,
     "unet": UNet,
     "latent": LatentOperator,
@@ -20,7 +18,7 @@ MODELS: dict[str, type[nn.Module]] = {
 }
 
 
-def build_model(config: ModelConfig, shape: ModelShape) -> nn.Module:
+def build_model(config: ModelConfig, shape: ModelShape) -> GridModel:
     """A freshly initialised model named by `config.name`, for data of `shape`."""
     if config.name not in MODELS:
         raise ConfigError(
