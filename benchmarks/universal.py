@@ -197,11 +197,20 @@ def downstream_config(
 
 
 def train_and_score(
-    config: Config, data: Path, test: torch.Tensor, init_from: Path | None, scratch: Path
+    config: Config,
+    data: Path,
+    test: torch.Tensor,
+    init_from: Path | None,
+    scratch: Path,
+    frozen: tuple[str, ...] = (),
 ) -> dict[str, float]:
-    """Train `config` on `data` (from `init_from`'s weights if given) and score the final weights on `test`."""
+    """Train `config` on `data` (from `init_from`'s weights if given) and score the final weights on `test`;
+    the parameters whose names start with one of `frozen` keep their initial weights."""
     started = time.perf_counter()
     engine = window_engine(config, data, scratch / "run", overwrite=True, progress=False, init_from=init_from)
+    for name, parameter in engine.model.named_parameters():
+        if name.startswith(frozen):
+            parameter.requires_grad_(False)  # no gradient: AdamW skips it (weight decay included)
     try:
         for epoch in range(config.train.epochs):
             engine.batches_done = 0
@@ -275,8 +284,9 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     config = downstream_config(
                         data, n, seed, lr, args.steps, args.rollout_steps, args.finetune_normalize
                     )
+                    frozen = frozen_of(args.finetune_freeze) if init is not None else ()
                     with tempfile.TemporaryDirectory() as scratch:
-                        result = train_and_score(config, data, test, init, Path(scratch))
+                        result = train_and_score(config, data, test, init, Path(scratch), frozen)
                     runs.append({"arm": arm, "n": n, "seed": seed, "lr": lr, **result})
                     print(json.dumps({"case": case, **runs[-1]}), flush=True)
         detail["cases"][case] = {
@@ -292,10 +302,16 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "scratch_lr": args.scratch_lr,
         "rollout_steps": args.rollout_steps,
         "finetune_normalize": args.finetune_normalize,
+        "finetune_freeze": args.finetune_freeze,
         "sizes": sizes,
         "seeds": args.seeds,
     }
     return detail
+
+
+def frozen_of(text: str) -> tuple[str, ...]:
+    """`--finetune-freeze`'s parameter-name prefixes."""
+    return tuple(prefix for prefix in text.split(",") if prefix)
 
 
 # ---- the figures ---------------------------------------------------------------------------------------
@@ -429,6 +445,11 @@ def main() -> None:
         choices=("pretrained", "data"),
         default="pretrained",
         help="data.finetune_normalize of the fine-tuned arm",
+    )
+    parser.add_argument(
+        "--finetune-freeze",
+        default="",
+        help="comma-separated parameter-name prefixes the fine-tuned arm keeps frozen (e.g. lift,blocks.0)",
     )
     parser.add_argument(
         "--rollout-steps", type=int, default=2, help="train.rollout_steps of both arms (unrolled training)"
