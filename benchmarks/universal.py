@@ -26,7 +26,8 @@ pretrained`) and from scratch (normalised by the n trajectories' own statistics)
 32, trained unrolled twice (`--rollout-steps` 2: `train.rollout_steps`, the loss on both predicted frames).
 The fine-tuning lr (1e-3 in the first figures), the normaliser and the unrolling were chosen on one cheap
 case (viscous Burgers, 16 trajectories, seed 0, scored on these test trajectories; docs/mixture.md,
-"Measured"), then fixed for every run. The runs
+"Measured"), then fixed for every run (`--finetune-freeze` and `--loss` were probes of the viscous-Burgers
+limit, docs/mixture.md; their defaults are the measured protocol). The runs
 are driven through the engine's own steps (`epoch_batches`, `micro_step`, `schedule_step`, `count_step`)
 without per-epoch validation or checkpoints (at n = 4 an epoch is 3 steps) and score the final weights.
 
@@ -179,14 +180,22 @@ def dataset(config_path: Path, root: Path, seed: int, n_train: int, n_test: int 
 
 
 def downstream_config(
-    data: Path, n: int, seed: int, lr: float, steps: int, rollout_steps: int, normalize: str = "pretrained"
+    data: Path,
+    n: int,
+    seed: int,
+    lr: float,
+    steps: int,
+    rollout_steps: int,
+    normalize: str = "pretrained",
+    loss: str = "mse",
 ) -> Config:
     """The case's config for a run on `data` (n trajectories), trained unrolled `rollout_steps` times: the
-    epochs nearest `steps` optimiser steps; `normalize`: `data.finetune_normalize`."""
+    epochs nearest `steps` optimiser steps; `normalize`: `data.finetune_normalize`; `loss`: `train.loss`."""
     fixed = [
         f"train.seed={seed}",
         f"train.rollout_steps={rollout_steps}",
         f"data.finetune_normalize={normalize}",
+        f"train.loss={loss}",
     ]
     config = load_config(data / "config.yaml", fixed)
     frames = config.system.steps // config.system.save_every + 1
@@ -197,11 +206,20 @@ def downstream_config(
 
 
 def train_and_score(
-    config: Config, data: Path, test: torch.Tensor, init_from: Path | None, scratch: Path
+    config: Config,
+    data: Path,
+    test: torch.Tensor,
+    init_from: Path | None,
+    scratch: Path,
+    frozen: tuple[str, ...] = (),
 ) -> dict[str, float]:
-    """Train `config` on `data` (from `init_from`'s weights if given) and score the final weights on `test`."""
+    """Train `config` on `data` (from `init_from`'s weights if given) and score the final weights on `test`;
+    the parameters whose names start with one of `frozen` keep their initial weights."""
     started = time.perf_counter()
     engine = window_engine(config, data, scratch / "run", overwrite=True, progress=False, init_from=init_from)
+    for name, parameter in engine.model.named_parameters():
+        if name.startswith(frozen):
+            parameter.requires_grad_(False)  # no gradient: AdamW skips it (weight decay included)
     try:
         for epoch in range(config.train.epochs):
             engine.batches_done = 0
@@ -273,10 +291,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     ("scratch", args.scratch_lr, None),
                 ):
                     config = downstream_config(
-                        data, n, seed, lr, args.steps, args.rollout_steps, args.finetune_normalize
+                        data, n, seed, lr, args.steps, args.rollout_steps, args.finetune_normalize, args.loss
                     )
+                    frozen = frozen_of(args.finetune_freeze) if init is not None else ()
                     with tempfile.TemporaryDirectory() as scratch:
-                        result = train_and_score(config, data, test, init, Path(scratch))
+                        result = train_and_score(config, data, test, init, Path(scratch), frozen)
                     runs.append({"arm": arm, "n": n, "seed": seed, "lr": lr, **result})
                     print(json.dumps({"case": case, **runs[-1]}), flush=True)
         detail["cases"][case] = {
@@ -292,10 +311,17 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "scratch_lr": args.scratch_lr,
         "rollout_steps": args.rollout_steps,
         "finetune_normalize": args.finetune_normalize,
+        "finetune_freeze": args.finetune_freeze,
+        "loss": args.loss,
         "sizes": sizes,
         "seeds": args.seeds,
     }
     return detail
+
+
+def frozen_of(text: str) -> tuple[str, ...]:
+    """`--finetune-freeze`'s parameter-name prefixes."""
+    return tuple(prefix for prefix in text.split(",") if prefix)
 
 
 # ---- the figures ---------------------------------------------------------------------------------------
@@ -431,9 +457,17 @@ def main() -> None:
         help="data.finetune_normalize of the fine-tuned arm",
     )
     parser.add_argument(
+        "--finetune-freeze",
+        default="",
+        help="comma-separated parameter-name prefixes the fine-tuned arm keeps frozen (e.g. lift,blocks.0)",
+    )
+    parser.add_argument(
         "--rollout-steps", type=int, default=2, help="train.rollout_steps of both arms (unrolled training)"
     )
     parser.add_argument("--scratch-lr", type=float, default=3e-3)
+    parser.add_argument(
+        "--loss", choices=("mse", "relative_l2"), default="mse", help="train.loss of both arms"
+    )
     parser.add_argument("--test", type=int, default=32, help="test trajectories per case")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--work", default="/tmp/dynaforge-universal", help="pretrained run and datasets")
