@@ -21,8 +21,9 @@ from dynaforge.data.boundary import (
     with_boundary_channels,
 )
 from dynaforge.data.normalize import Normalizer
-from dynaforge.errors import ConfigError
+from dynaforge.errors import ConfigError, DatasetError
 from dynaforge.store import DatasetFolder
+from dynaforge.store.format import append_parameter_channels
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = ["diffusivity", "left_value", "left_amplitude", "right_value", "right_amplitude", "domain_length"]
@@ -50,6 +51,11 @@ def test_boundary_channels_carry_each_samples_values() -> None:
     stored = np.moveaxis(frames.numpy(), 2, -1)  # (N, T, X, C): the stored layout evaluation reads
     again = stored_fields_with_boundary(stored, PARAMS, NAMES, boundary)
     np.testing.assert_array_equal(np.moveaxis(again, -1, 2), appended.numpy())
+    # the torch-free form the ONNX rollout uses, on channels-first frames (axis 2)
+    first = append_parameter_channels(frames.numpy(), PARAMS, NAMES, boundary, axis=2)
+    np.testing.assert_array_equal(first, appended.numpy())
+    with pytest.raises(DatasetError, match=r"the data has no \['top_value'\].*trained on"):
+        append_parameter_channels(stored, PARAMS, NAMES, ["left_value", "top_value"], axis=-1)
     normalizer = boundary_normalizer(Normalizer([0.5, -1.0], [2.0, 3.0]), PARAMS, NAMES, boundary)
     np.testing.assert_allclose(normalizer.mean[2:], PARAMS[:, 1:4].mean(axis=0), rtol=1e-12)
     np.testing.assert_allclose(normalizer.std[2:], PARAMS[:, 1:4].std(axis=0), rtol=1e-12)

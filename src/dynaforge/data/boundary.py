@@ -21,9 +21,14 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.data.normalize import Normalizer
-from dynaforge.errors import ConfigError, DatasetError
+from dynaforge.errors import ConfigError
 from dynaforge.store import DatasetFolder
-from dynaforge.store.format import SplitArrays, is_boundary_parameter
+from dynaforge.store.format import (
+    SplitArrays,
+    append_parameter_channels,
+    is_boundary_parameter,
+    parameter_columns,
+)
 from dynaforge.store.layout import fields_from_disk
 
 
@@ -37,23 +42,12 @@ def varying_boundary_parameters(names: Sequence[str], params: np.ndarray) -> tup
     return tuple(chosen)
 
 
-def boundary_columns(names: Sequence[str], boundary: Sequence[str]) -> list[int]:
-    """The columns of the parameters `boundary` in a split whose parameters are `names`."""
-    missing = [name for name in boundary if name not in names]
-    if missing:
-        raise DatasetError(
-            f"the model is given the boundary parameters {list(boundary)} as channels, the data has no "
-            f"{missing} (its parameters: {list(names)}); evaluate on data of the system it was trained on"
-        )
-    return [list(names).index(name) for name in boundary]
-
-
 def boundary_fields(
     params: np.ndarray, names: Sequence[str], boundary: Sequence[str], frames: int, space: Sequence[int]
 ) -> Float[Tensor, "samples time boundary *space"]:
     """Each sample's `boundary` parameters (from `params` (N, P), columns named `names`) broadcast to
     constant fields (N, frames, len(boundary), *space), float32, physical units."""
-    values = torch.as_tensor(params[:, boundary_columns(names, boundary)], dtype=torch.float32)
+    values = torch.as_tensor(params[:, parameter_columns(names, boundary)], dtype=torch.float32)
     view = values.view(values.shape[0], 1, values.shape[1], *(1 for _ in space))
     return view.expand(values.shape[0], frames, values.shape[1], *space)
 
@@ -90,10 +84,7 @@ def stored_fields_with_boundary(
     evaluation feeds a model trained with them)."""
     if not boundary:
         return fields
-    values = params[:, boundary_columns(names, boundary)].astype(fields.dtype)
-    view = values.reshape(values.shape[0], *(1 for _ in fields.shape[1:-1]), values.shape[1])
-    constant = np.broadcast_to(view, (*fields.shape[:-1], values.shape[1]))
-    return np.concatenate([fields, constant], axis=-1)
+    return append_parameter_channels(fields, params, names, boundary, axis=-1)
 
 
 def split_with_boundary(arrays: SplitArrays, boundary: Sequence[str]) -> SplitArrays:
@@ -109,7 +100,7 @@ def boundary_normalizer(
 ) -> Normalizer:
     """`normalizer` of the physical channels, followed by each `boundary` parameter's mean and standard
     deviation over the train samples `params` (N, P)."""
-    values = params[:, boundary_columns(names, boundary)].astype(np.float64)
+    values = params[:, parameter_columns(names, boundary)].astype(np.float64)
     return Normalizer(
         list(normalizer.mean) + values.mean(axis=0).tolist(),
         list(normalizer.std) + values.std(axis=0).tolist(),

@@ -29,7 +29,7 @@ import numpy as np
 from dynaforge.errors import RunError
 from dynaforge.export.checksum import CHECKSUM_KEY, METADATA_KEY, model_checksum
 from dynaforge.export.onnx_file import Holds, OnnxFile, read_onnx_file, run_of
-from dynaforge.store.format import READABLE_VERSIONS, file_sha256
+from dynaforge.store.format import READABLE_VERSIONS, append_parameter_channels, file_sha256
 
 EPS = 1e-12
 """Floor of a true frame's norm in the nRMSE denominator (as in dynaforge.metrics.fields)."""
@@ -65,7 +65,9 @@ def rollout_onnx(
     history, horizon = int(shape["history"]), int(shape["horizon"])
     stored, names, params = read_split(Path(data), split, samples)  # (N, T, C, *space)
     physical = stored.shape[2]
-    stored = with_boundary_channels(stored, params, [str(n) for n in shape.get("boundary", ())], data)
+    boundary = [str(name) for name in shape.get("boundary", ())]
+    if boundary:  # the boundary channels, held like an obstacle mask (`dynaforge.data.boundary`)
+        stored = append_parameter_channels(stored, params.values, params.names, boundary, axis=2)
     trajectories = stored[:, ::stride]
     check_grid(trajectories, meta, data)
     available = trajectories.shape[1] - history
@@ -258,25 +260,6 @@ def read_split(root: Path, split: str, samples: int | None) -> tuple[np.ndarray,
         names,
         StoredParams(np.concatenate(params), param_names),
     )
-
-
-def with_boundary_channels(
-    stored: np.ndarray, params: StoredParams, boundary: list[str], data: str | Path
-) -> np.ndarray:
-    """Fields (N, T, C, *space) with the parameters `boundary` appended as constant channels, as the model
-    was trained (`dynaforge.data.boundary`)."""
-    if not boundary:
-        return stored
-    missing = [name for name in boundary if name not in params.names]
-    if missing:
-        raise RunError(
-            f"{data}: the model reads the boundary parameters {boundary} as channels, the data has no "
-            f"{missing}; roll it out on data of the system it was trained on"
-        )
-    values = params.values[:, [params.names.index(name) for name in boundary]].astype(np.float32)
-    view = values.reshape(values.shape[0], 1, values.shape[1], *(1 for _ in stored.shape[3:]))
-    constant = np.broadcast_to(view, (stored.shape[0], stored.shape[1], values.shape[1], *stored.shape[3:]))
-    return np.concatenate([stored, constant], axis=2)
 
 
 def check_shard(root: Path, record: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -54,6 +55,32 @@ def is_boundary_parameter(name: str) -> bool:
     `<side>_frequency` of a walled system's side, the cavity's `lid_speed` or the cylinder's `inflow_peak`."""
     side, _, what = name.partition("_")
     return (side in BOUNDARY_SIDES and what in BOUNDARY_VALUES) or name in FLOW_BOUNDARY_PARAMETERS
+
+
+def parameter_columns(names: Sequence[str], chosen: Sequence[str]) -> list[int]:
+    """The columns of the parameters `chosen` among a split's parameter `names` (the boundary channels)."""
+    missing = [name for name in chosen if name not in names]
+    if missing:
+        raise DatasetError(
+            f"the model is given the boundary parameters {list(chosen)} as channels, the data has no "
+            f"{missing} (its parameters: {list(names)}); use data of the system it was trained on"
+        )
+    return [list(names).index(name) for name in chosen]
+
+
+def append_parameter_channels(
+    fields: np.ndarray, params: np.ndarray, names: Sequence[str], chosen: Sequence[str], axis: int
+) -> np.ndarray:
+    """`fields` (samples first) with the parameters `chosen` (columns of `params` (N, P), named `names`)
+    appended along the channel `axis` as constant channels: each sample's value everywhere, in the fields'
+    dtype (the boundary channels, `data.boundary_channels`)."""
+    values = params[:, parameter_columns(names, chosen)].astype(fields.dtype)
+    axis %= fields.ndim
+    view = [1] * fields.ndim
+    view[0], view[axis] = values.shape
+    full = list(fields.shape)
+    full[axis] = values.shape[1]
+    return np.concatenate([fields, np.broadcast_to(values.reshape(view), full)], axis=axis)
 
 
 def held_channels(names: tuple[str, ...] | list[str]) -> tuple[int, ...]:
