@@ -293,3 +293,36 @@ def test_unet_padding_decides_whether_the_grid_has_edges(padding: str) -> None:
         output = model(ModelInput(frames=torch.full((1, 1, 1, 32), 0.7))).frames[0, 0, 0]
     uniform = bool((output - output[16]).abs().max() < 1e-5)
     assert uniform == (padding != "zeros"), (output - output[16]).abs().max()
+
+
+def test_fno_without_padding_traces_for_the_legacy_onnx_exporter() -> None:
+    """TorchScript's tracer (torch.onnx.export with dynamo=False, the exporter some users still call) gives
+    tensor sizes as tensors: an FNO without `domain_padding` must do no arithmetic on them (round() of a
+    traced size raised TypeError once domain padding was added; benchmarks/onnx_export_fno.py found it)."""
+    pytest.importorskip("onnx")
+    import io
+    import warnings
+
+    import jaxtyping
+
+    config = FNOConfig(width=8, modes=4, layers=2, projection=16, residual=False)
+    model = build_model(config, ModelShape(channels=1, history=1, horizon=1)).eval()
+
+    class Network(torch.nn.Module):  # the stacked-frames map the exporters see
+        def __init__(self) -> None:
+            super().__init__()
+            self.fno = model
+
+        def forward(self, stacked: torch.Tensor) -> torch.Tensor:
+            return self.fno.network(stacked)
+
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # The suite's runtime shape checks cannot read traced sizes; the exporter runs without them.
+        jaxtyping.config.update("jaxtyping_disable", True)
+        try:
+            torch.onnx.export(Network(), (torch.randn(2, 1, 32),), buffer, dynamo=False)
+        finally:
+            jaxtyping.config.update("jaxtyping_disable", False)
+    assert buffer.getbuffer().nbytes > 0
