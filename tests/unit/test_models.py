@@ -295,17 +295,19 @@ def test_unet_padding_decides_whether_the_grid_has_edges(padding: str) -> None:
     assert uniform == (padding != "zeros"), (output - output[16]).abs().max()
 
 
-def test_fno_without_padding_traces_for_the_legacy_onnx_exporter() -> None:
+@pytest.mark.parametrize("padding", [0.0, 0.25])
+def test_the_fno_traces_for_the_legacy_onnx_exporter(padding: float) -> None:
     """TorchScript's tracer (torch.onnx.export with dynamo=False, the exporter some users still call) gives
-    tensor sizes as tensors: an FNO without `domain_padding` must do no arithmetic on them (round() of a
-    traced size raised TypeError once domain padding was added; benchmarks/onnx_export_fno.py found it)."""
+    tensor sizes as tensors, which round() refuses: the FNO, with and without `domain_padding`, must turn them
+    into ints first (round() of a traced size raised TypeError once domain padding was added;
+    benchmarks/onnx_export_fno.py found it)."""
     pytest.importorskip("onnx")
     import io
     import warnings
 
     import jaxtyping
 
-    config = FNOConfig(width=8, modes=4, layers=2, projection=16, residual=False)
+    config = FNOConfig(width=8, modes=4, layers=2, projection=16, residual=False, domain_padding=padding)
     model = build_model(config, ModelShape(channels=1, history=1, horizon=1)).eval()
 
     class Network(torch.nn.Module):  # the stacked-frames map the exporters see
@@ -320,9 +322,10 @@ def test_fno_without_padding_traces_for_the_legacy_onnx_exporter() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # The suite's runtime shape checks cannot read traced sizes; the exporter runs without them.
+        before = jaxtyping.config.jaxtyping_disable
         jaxtyping.config.update("jaxtyping_disable", True)
         try:
             torch.onnx.export(Network(), (torch.randn(2, 1, 32),), buffer, dynamo=False)
         finally:
-            jaxtyping.config.update("jaxtyping_disable", False)
+            jaxtyping.config.update("jaxtyping_disable", before)
     assert buffer.getbuffer().nbytes > 0

@@ -135,10 +135,10 @@ class FNO(GridModel):
             fields = torch.cat([fields, grid_coordinates(fields)], dim=-1)
         hidden = self.lift(fields)  # (B, *space, width)
         space = hidden.shape[1:-1]
-        # No arithmetic on the sizes without padding: TorchScript's tracer (the legacy ONNX exporter) gives
-        # them as tensors, which round() refuses.
+        # TorchScript's tracer (the legacy ONNX exporter) gives the sizes as tensors, which round() refuses:
+        # int() first (the traced graph keeps the padding of the traced grid).
         padding = self.config.domain_padding
-        extra = [round(padding * n) for n in space] if padding else []
+        extra = [round(padding * int(n)) for n in space] if padding else []
         if any(extra):  # zeros at the far end of every axis (channels last: the last pair is the channels')
             pads = [0, 0]
             for e in reversed(extra):
