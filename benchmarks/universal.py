@@ -83,6 +83,7 @@ import yaml
 from dynaforge.api import generate
 from dynaforge.atomic import atomic_write_json
 from dynaforge.config import Config, load_config
+from dynaforge.data.boundary import split_with_boundary
 from dynaforge.metrics.fields import nrmse_per_frame
 from dynaforge.models import ModelInput, autoregressive_rollout
 from dynaforge.models.loading import load_surrogate
@@ -188,14 +189,17 @@ def downstream_config(
     rollout_steps: int,
     normalize: str = "pretrained",
     loss: str = "mse",
+    channels: tuple[str, ...] = (),
 ) -> Config:
     """The case's config for a run on `data` (n trajectories), trained unrolled `rollout_steps` times: the
-    epochs nearest `steps` optimiser steps; `normalize`: `data.finetune_normalize`; `loss`: `train.loss`."""
+    epochs nearest `steps` optimiser steps; `normalize`: `data.finetune_normalize`; `loss`: `train.loss`;
+    `channels`: `data.parameter_channels`."""
     fixed = [
         f"train.seed={seed}",
         f"train.rollout_steps={rollout_steps}",
         f"data.finetune_normalize={normalize}",
         f"train.loss={loss}",
+        *channel_overrides(channels),
     ]
     config = load_config(data / "config.yaml", fixed)
     frames = config.system.steps // config.system.save_every + 1
@@ -230,11 +234,19 @@ def train_and_score(
     finally:
         engine.task.close()
     seconds = time.perf_counter() - started
-    return {**score(engine.model, engine.task.normalizer, test), "steps": engine.step, "train_s": seconds}
+    physical = engine.task.shape.channels - len(engine.task.shape.parameters)
+    scores = score(engine.model, engine.task.normalizer, test, physical)
+    return {**scores, "steps": engine.step, "train_s": seconds}
 
 
-def score(model: torch.nn.Module, normalizer: Any, test: torch.Tensor) -> dict[str, float]:
-    """One-step, 10-step and whole-trajectory rollout nRMSE on `test` (N, T, C, X), physical units."""
+def channel_overrides(channels: tuple[str, ...]) -> list[str]:
+    """The config override that gives the model the coefficients `channels` (none: no override)."""
+    return [f"data.parameter_channels=[{','.join(channels)}]"] if channels else []
+
+
+def score(model: torch.nn.Module, normalizer: Any, test: torch.Tensor, physical: int) -> dict[str, float]:
+    """One-step, 10-step and whole-trajectory rollout nRMSE on `test` (N, T, C, X), physical units, of its
+    first `physical` channels (the others are coefficient channels, inputs only)."""
     model.eval()
     inputs = normalizer.physical_to_normalized(test, 1)
     frames = test.shape[1]
@@ -243,10 +255,12 @@ def score(model: torch.nn.Module, normalizer: Any, test: torch.Tensor) -> dict[s
         windows = torch.stack([inputs[:, s : s + 2] for s in starts], 1).flatten(0, 1)
         one = autoregressive_rollout(model, ModelInput(frames=windows), 1)
         truth_one = torch.stack([test[:, s + 2 : s + 3] for s in starts], 1).flatten(0, 1)
-        one_step = nrmse_per_frame(normalizer.normalized_to_physical(one, 1), truth_one).mean()
+        one = normalizer.normalized_to_physical(one, 1)[:, :, :physical]
+        one_step = nrmse_per_frame(one, truth_one[:, :, :physical]).mean()
         rolled = normalizer.normalized_to_physical(
             autoregressive_rollout(model, ModelInput(frames=inputs[:, :2]), frames - 2), 1
-        )
+        )[:, :, :physical]
+        test = test[:, :, :physical]
         per_frame = nrmse_per_frame(rolled, test[:, 2:])
         error, truth = rolled[:, :ROLLOUT] - test[:, 2 : 2 + ROLLOUT], test[:, 2 : 2 + ROLLOUT]
         pooled = error.pow(2).sum().sqrt() / truth.pow(2).sum().sqrt()
@@ -258,30 +272,36 @@ def score(model: torch.nn.Module, normalizer: Any, test: torch.Tensor) -> dict[s
     }
 
 
-def zero_shot(run: Path, test: torch.Tensor) -> dict[str, float]:
+def zero_shot(run: Path, test: torch.Tensor, physical: int) -> dict[str, float]:
     """The pretrained model on a case's test trajectories as it is: its own (the mixture's) normalisation,
     no fine-tuning."""
     loaded = load_surrogate(run)
-    return score(loaded.model, loaded.normalizer, test)
+    return score(loaded.model, loaded.normalizer, test, physical)
 
 
-def test_fields(config_path: Path, root: Path, n_test: int) -> torch.Tensor:
-    """A case's test trajectories (N, T, C, X), physical units."""
+def test_fields(
+    config_path: Path, root: Path, n_test: int, channels: tuple[str, ...]
+) -> tuple[torch.Tensor, int]:
+    """A case's test trajectories (N, T, C, X), physical units, with the coefficient `channels` appended
+    (0 where the system lacks one, as training gives them), and its number of physical channels."""
     folder = dataset(config_path, root, TEST_SEED, 1, n_test)
-    return fields_from_disk(DatasetFolder(folder).read_split("test").fields)
+    test = DatasetFolder(folder).read_split("test")
+    physical = test.fields.shape[-1]
+    return fields_from_disk(split_with_boundary(test, (), channels).fields), physical
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Pretraining, then every case's runs (see the module docstring)."""
-    run = work / f"pretrain-{args.pretrain_seconds:g}s"
-    overrides = QUICK_PRETRAIN if args.quick else []
+    channels = channels_of(args.parameter_channels)
+    run = work / f"pretrain-{args.pretrain_seconds:g}s{'-' + '+'.join(channels) if channels else ''}"
+    overrides = [*(QUICK_PRETRAIN if args.quick else []), *channel_overrides(channels)]
     print(f"pretraining for {args.pretrain_seconds:g} s into {run}", flush=True)
     detail: dict[str, Any] = {"pretrain": pretrain(run, args.pretrain_seconds, overrides), "cases": {}}
     print(json.dumps(detail["pretrain"]), flush=True)
     sizes = [int(n) for n in args.sizes.split(",")]
     for case in args.cases.split(","):
         config_path = case_config(case, work)
-        test = test_fields(config_path, work / "data", args.test)
+        test, physical = test_fields(config_path, work / "data", args.test, channels)
         runs = []
         for seed in range(args.seeds):
             for n in sizes:
@@ -291,7 +311,15 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     ("scratch", args.scratch_lr, None),
                 ):
                     config = downstream_config(
-                        data, n, seed, lr, args.steps, args.rollout_steps, args.finetune_normalize, args.loss
+                        data,
+                        n,
+                        seed,
+                        lr,
+                        args.steps,
+                        args.rollout_steps,
+                        args.finetune_normalize,
+                        args.loss,
+                        channels,
                     )
                     frozen = frozen_of(args.finetune_freeze) if init is not None else ()
                     with tempfile.TemporaryDirectory() as scratch:
@@ -300,7 +328,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     print(json.dumps({"case": case, **runs[-1]}), flush=True)
         detail["cases"][case] = {
             "description": CASES[case],
-            "zero_shot": zero_shot(run, test),
+            "zero_shot": zero_shot(run, test, physical),
             "test_trajectories": int(test.shape[0]),
             "runs": runs,
         }
@@ -313,10 +341,16 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "finetune_normalize": args.finetune_normalize,
         "finetune_freeze": args.finetune_freeze,
         "loss": args.loss,
+        "parameter_channels": list(channels),
         "sizes": sizes,
         "seeds": args.seeds,
     }
     return detail
+
+
+def channels_of(text: str) -> tuple[str, ...]:
+    """`--parameter-channels`' parameter names."""
+    return tuple(name for name in text.split(",") if name)
 
 
 def frozen_of(text: str) -> tuple[str, ...]:
@@ -468,6 +502,12 @@ def main() -> None:
     parser.add_argument(
         "--loss", choices=("mse", "relative_l2"), default="mse", help="train.loss of both arms"
     )
+    parser.add_argument(
+        "--parameter-channels",
+        default="",
+        help="comma-separated coefficients given to the model as channels in pretraining and both downstream "
+        "arms (data.parameter_channels, e.g. viscosity,diffusivity); results to universal.conditioned.json",
+    )
     parser.add_argument("--test", type=int, default=32, help="test trajectories per case")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--work", default="/tmp/dynaforge-universal", help="pretrained run and datasets")
@@ -481,7 +521,8 @@ def main() -> None:
     if args.quick:
         args.pretrain_seconds, args.sizes, args.seeds, args.steps, args.test = 3.0, "4,16", 1, 20, 4
     torch.set_num_threads(1)
-    results = quick_path(RESULTS) if args.quick else RESULTS
+    results = RESULTS.with_name("universal.conditioned.json") if args.parameter_channels else RESULTS
+    results = quick_path(results) if args.quick else results
     if args.combine:
         detail = combined(sorted(Path(args.work).glob("part-*.json")))
     else:
@@ -494,7 +535,7 @@ def main() -> None:
             atomic_write_json(part, detail)
             print(f"wrote {part}")
             return
-    atomic_write_json(results.with_name("universal.detail.json"), detail)
+    atomic_write_json(results.with_suffix(".detail.json"), detail)
     keys = [f"rollout{ROLLOUT}_pooled", f"rollout{ROLLOUT}", "one_step"]
     records = [record for key in keys for record in records_of(detail, key)]
     atomic_write_json(results, records)
@@ -502,7 +543,7 @@ def main() -> None:
         print(
             f"{record['case']}: {record['metric']}: {record['dynaforge']:.4g} vs {record['baseline_value']:.4g}"
         )
-    print(f"wrote {results} and {results.with_name('universal.detail.json').name}")
+    print(f"wrote {results} and {results.with_suffix('.detail.json').name}")
 
 
 if __name__ == "__main__":

@@ -298,8 +298,9 @@ class Run:
 
     `predict` and `rollout` take and return physical units, frames channels first; the model's time step
     is `config.data.stride` stored frames. A run trained with `data.boundary_channels` takes and returns
-    each sample's boundary values as its last channels (`shape.boundary` names them; append them with
-    `dynaforge.data.boundary.with_boundary_channels`).
+    each sample's boundary values as its last channels (`shape.boundary` names them), and one trained with
+    `data.parameter_channels` its coefficients after them (`shape.parameters`); append both with
+    `dynaforge.data.boundary.with_boundary_channels`.
     """
 
     root: Path
@@ -391,7 +392,7 @@ def load_run(path: str | Path, *, checkpoint: Literal["best", "last"] = "best", 
     >>> import dynaforge
     >>> run = dynaforge.load_run(tiny_run)
     >>> run.shape, run.config.model.name, run.model.training
-    (ModelShape(channels=1, history=2, horizon=1, spatial_dims=1, held=(), boundary=()), 'fno', False)
+    (ModelShape(channels=1, history=2, horizon=1, spatial_dims=1, held=(), boundary=(), parameters=()), 'fno', False)
     """
     if checkpoint not in ("best", "last"):
         raise ConfigError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
@@ -430,15 +431,20 @@ def read_sample(folder: DatasetFolder, split: str, index: int) -> Sample:
 
 
 def expected_frames(shape: ModelShape) -> str:
-    boundary = (
-        f"; the last {len(shape.boundary)} channels are each sample's boundary values {list(shape.boundary)} "
-        "as constant fields (dynaforge.data.boundary.with_boundary_channels)"
-        if shape.boundary
+    given = [
+        *([f"boundary values {list(shape.boundary)}"] if shape.boundary else []),
+        *([f"coefficients {list(shape.parameters)} (0 where it has none)"] if shape.parameters else []),
+    ]
+    held = (
+        f"; the last {len(shape.boundary) + len(shape.parameters)} channels are each sample's "
+        + " and ".join(given)
+        + " as constant fields (dynaforge.data.boundary.with_boundary_channels)"
+        if given
         else ""
     )
     return (
         f"(batch, history={shape.history}, channels={shape.channels}, *space with {shape.spatial_dims} axes)"
-        + boundary
+        + held
     )
 
 

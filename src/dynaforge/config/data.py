@@ -116,6 +116,12 @@ class DataConfig:
     becomes one constant field, normalised by its train mean and std, held from the input like an
     obstacle mask (not predicted, not scored; docs/bounded.md). Read with `reading: memory` or `auto` from a
     dataset folder (not `lazy`, not a stream)."""
+    parameter_channels: list[str] = field(default_factory=list)
+    """Parameters (coefficients) to give the model as input channels, by name (`[viscosity, diffusivity]`):
+    each becomes one constant field of the sample's value after the boundary channels, normalised and held
+    like them, and is 0 for a system that lacks that parameter (a mixture's Kuramoto-Sivashinsky member has
+    no `viscosity`). A stream (a mixture too) or a dataset folder read with `reading: memory` or `auto`;
+    every name must be a parameter of at least one of the systems (docs/mixture.md)."""
 
     def __post_init__(self) -> None:
         check_values(self)

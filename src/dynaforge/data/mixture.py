@@ -24,6 +24,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import Config, ConfigError, SystemConfig
+from dynaforge.data.boundary import with_boundary_channels
 from dynaforge.seeds import SPLIT_IDS, Rows
 from dynaforge.systems import System, build_system
 
@@ -51,9 +52,11 @@ def member_seed(seed: int, index: int) -> int:
 class MixturePlan:
     """The members of a stream and which of them makes each trajectory (see the module docstring)."""
 
-    def __init__(self, members: Sequence[Member], seed: int) -> None:
+    def __init__(self, members: Sequence[Member], seed: int, parameters: Sequence[str] = ()) -> None:
         self.members = list(members)
         self.seed = seed
+        self.parameters = tuple(parameters)
+        """Coefficient channels appended to every trajectory (`data.parameter_channels`)."""
         weights = np.array([m.weight for m in self.members], dtype=np.float64)
         self.cumulative = np.cumsum(weights) / weights.sum()
         self.counts: dict[str, list[np.ndarray]] = {}
@@ -97,7 +100,8 @@ class MixturePlan:
         self, split: str, start: int, stop: int, device: torch.device
     ) -> Float[Tensor, "n time channels *space"]:
         """Trajectories [start, stop) of `split`, (n, T, C, *space) float32 on `device`: per member, one
-        batch of its consecutive samples."""
+        batch of its consecutive samples; with the coefficient channels `parameters` appended (each
+        sample's value, 0 for a member without that parameter: `dynaforge.data.boundary`)."""
         which = self.members_of(split, start, stop)
         first = self.counts_before(split, start)
         parts, positions = [], []
@@ -105,7 +109,9 @@ class MixturePlan:
             at = np.flatnonzero(which == s)
             member = self.members[s]
             rows = Rows(split, int(first[s]), int(first[s]) + len(at), member.base_seed)
-            parts.append(member.system.sample_rows(rows, device).fields)
+            sampled = member.system.sample_rows(rows, device)
+            names = member.system.parameter_names
+            parts.append(with_boundary_channels(sampled.fields, sampled.params, names, (), self.parameters))
             positions.append(at)
         order = torch.from_numpy(np.argsort(np.concatenate(positions), kind="stable"))
         return torch.cat(parts)[order.to(device)]
@@ -117,6 +123,7 @@ def mixture_plan(config: Config) -> MixturePlan:
         return MixturePlan(
             [Member(stream_system(config.system, "system"), config.dataset.seed, 1.0, "system")],
             config.dataset.seed,
+            config.data.parameter_channels,
         )
     members = [
         Member(
@@ -128,7 +135,7 @@ def mixture_plan(config: Config) -> MixturePlan:
         for i, m in enumerate(config.mixture)
     ]
     check_shared_input(members, [m.system for m in config.mixture])
-    return MixturePlan(members, config.dataset.seed)
+    return MixturePlan(members, config.dataset.seed, config.data.parameter_channels)
 
 
 def stream_system(system_config: SystemConfig, key: str) -> System:

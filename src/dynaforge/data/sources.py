@@ -19,7 +19,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dynaforge.config import Config
-from dynaforge.data.boundary import boundary_normalizer, boundary_parameters_of, split_frames_with_boundary
+from dynaforge.data.boundary import (
+    boundary_normalizer,
+    boundary_parameters_of,
+    check_parameter_channels,
+    split_frames_with_boundary,
+)
 from dynaforge.data.identity import DataIdentity, check_config_matches_data, data_fingerprint, data_identity
 from dynaforge.data.lazy import LazyTrajectories
 from dynaforge.data.loader import make_loader
@@ -70,6 +75,8 @@ class WindowSources:
     """The train windows' source (None: a task's own windows)."""
     boundary: tuple[str, ...] = ()
     """The boundary parameters given as channels after the physical ones (`data.boundary_channels`)."""
+    parameters: tuple[str, ...] = ()
+    """The coefficients given as channels after the boundary ones (`data.parameter_channels`)."""
 
     def loaded(self) -> int:
         """Train trajectories generated or read so far in this process."""
@@ -115,18 +122,24 @@ def window_sources(
         identity, fingerprint = data_identity(folder), data_fingerprint(folder)
     else:
         identity, fingerprint = stream_identity(config)
+    parameters = tuple(config.data.parameter_channels)
+    if parameters:
+        check_parameter_source(config, folder, windows)
+    # a stream's normaliser counts its coefficient channels: `MixturePlan.rows` appends them
     own = stream_normalizer(config) if streaming else folder_normalizer(folder)
     boundary: tuple[str, ...] = ()
     if config.data.boundary_channels:
         check_boundary_source(config, folder, windows)
-        assert folder is not None
+    if folder is not None and not streaming and (config.data.boundary_channels or parameters):
         train_params = folder.read_split("train")
-        boundary = boundary_parameters_of(train_params.param_names, train_params.params)
-        own = boundary_normalizer(own, train_params.params, train_params.param_names, boundary)
+        if config.data.boundary_channels:
+            boundary = boundary_parameters_of(train_params.param_names, train_params.params)
+        own = boundary_normalizer(own, train_params.params, train_params.param_names, boundary, parameters)
     if normalizer is not None and normalizer.channels != own.channels:
         raise ConfigError(
             f"the pretrained model normalises {normalizer.channels} channel(s), this config's data has "
-            f"{own.channels}: fine-tune on a system of as many channels"
+            f"{own.channels}: fine-tune on a system of as many channels, with the pretrained run's "
+            "data.boundary_channels and data.parameter_channels"
         )
     if normalizer is None:
         normalizer = Normalizer.identity(own.channels) if config.data.normalize == "none" else own
@@ -148,7 +161,7 @@ def window_sources(
             source = LazyTrajectories(folder.trajectory_reader(name), normalizer, buffer=data.buffer)
         else:
             source = MemoryTrajectories.normalized(
-                split_frames_with_boundary(folder, name, boundary), normalizer
+                split_frames_with_boundary(folder, name, boundary, parameters), normalizer
             )
         return WindowDataset(source, data.history, targets, data.stride), source
 
@@ -188,7 +201,7 @@ def window_sources(
             if folder is not None
             else mixture_plan(config).members[0].system.channel_names
         )
-        + tuple(range(own.channels - len(boundary), own.channels)),
+        + tuple(range(own.channels - len(boundary) - len(parameters), own.channels)),
         windows_per_epoch=order.num_samples if streaming else len(train),
         examples=val if streaming else train,
         reading="lazy" if lazily else "memory",
@@ -197,6 +210,7 @@ def window_sources(
         advice=advice,
         trajectories=trajectories,
         boundary=boundary,
+        parameters=parameters,
     )
 
 
@@ -215,6 +229,30 @@ def check_boundary_source(config: Config, folder: DatasetFolder | None, windows:
         raise ConfigError(
             "data.boundary_channels reads the splits whole: set data.reading=memory (or raise "
             "data.memory_budget_mib), or set it false"
+        )
+
+
+def check_parameter_source(
+    config: Config, folder: DatasetFolder | None, windows: SplitWindows | None
+) -> None:
+    """`data.parameter_channels`: names the systems (the folder's, else the stream's) record, and, from a
+    dataset folder, the window task reading the splits whole."""
+    if folder is not None:
+        names = folder.read_split("train", 1).param_names
+        check_parameter_channels(config.data.parameter_channels, [(folder.system, names)])
+        if windows is not None:
+            raise ConfigError(
+                "data.parameter_channels is read by the window task only: set it [] for this task"
+            )
+        if reads_lazily(config, folder):
+            raise ConfigError(
+                "data.parameter_channels reads the splits whole: set data.reading=memory (or raise "
+                "data.memory_budget_mib), or set it []"
+            )
+    else:
+        members = mixture_plan(config).members
+        check_parameter_channels(
+            config.data.parameter_channels, [(m.system.name, m.system.parameter_names) for m in members]
         )
 
 

@@ -170,7 +170,7 @@ def evaluate(
     if "data_identity" in checkpoint:  # runs trained before it was recorded: check_compatible only
         check_same_data(DataIdentity.from_dict(checkpoint["data_identity"]), dataset, str(folder.root))
     test = dataset.read_split("test", config.test_samples)
-    physical, test = test.fields.shape[-1], split_with_boundary(test, shape.boundary)
+    physical, test = test.fields.shape[-1], split_with_boundary(test, shape.boundary, shape.parameters)
     check_compatible(test.fields, shape, dataset.root)
     stride, batch_size = trained.data.stride, trained.data.batch_size
     settings = metric_settings(config, dataset, test, shape, stride)
@@ -199,7 +199,7 @@ def evaluate(
             batch_size,
             device,
         )
-    if shape.boundary:  # the boundary channels are inputs, not fields: neither scored nor drawn
+    if shape.boundary or shape.parameters:  # inputs, not fields: neither scored nor drawn
         one_step, rolled = physical_channels(one_step, physical), physical_channels(rolled, physical)
         test = test._replace(fields=test.fields[..., :physical])
     # Scores reduce whole tensors: on one intra-op thread, their sums do not depend on the thread count.

@@ -348,7 +348,9 @@ def real_frames(loaded: LoadedModel, data: str | Path | None) -> Tensor:
         raise ExportError(f"{root} has an empty test split; pass --data with a dataset that has test samples")
     # (N, T, *space, C); only these samples' shards are read
     test = dataset.read_split("test", count)
-    fields = stored_fields_with_boundary(test.fields, test.params, test.param_names, shape.boundary)
+    fields = stored_fields_with_boundary(
+        test.fields, test.params, test.param_names, shape.boundary, shape.parameters
+    )
     channels_first = np.moveaxis(fields, -1, 2)[:, : shape.history]  # (N, history, C, *space)
     frames = torch.as_tensor(np.ascontiguousarray(channels_first), dtype=torch.float32)
     return loaded.normalizer.physical_to_normalized(frames, shape.spatial_dims)

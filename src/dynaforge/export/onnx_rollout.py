@@ -13,7 +13,8 @@ scores the physical predictions against the stored trajectories with PDEBench's 
 `obstacle`), over the fluid cells and the other channels, as `dynaforge evaluate` scores it
 (`metrics.fields.fluid_fields`). A model trained with boundary channels (`data.boundary_channels`; the
 exported `model_shape` names them under `boundary`) gets each sample's parameters of those names appended
-as constant channels, which are held, not predicted, and not scored.
+as constant channels, which are held, not predicted, and not scored; so does one trained with coefficient
+channels (`data.parameter_channels`, under `parameters`), 0 for a coefficient the data lacks.
 """
 
 from __future__ import annotations
@@ -66,8 +67,12 @@ def rollout_onnx(
     stored, names, params = read_split(Path(data), split, samples)  # (N, T, C, *space)
     physical = stored.shape[2]
     boundary = [str(name) for name in shape.get("boundary", ())]
-    if boundary:  # the boundary channels, held like an obstacle mask (`dynaforge.data.boundary`)
-        stored = append_parameter_channels(stored, params.values, params.names, boundary, axis=2)
+    coefficients = [str(name) for name in shape.get("parameters", ())]
+    if boundary or coefficients:  # held like an obstacle mask (`dynaforge.data.boundary`)
+        given = [*boundary, *coefficients]
+        stored = append_parameter_channels(
+            stored, params.values, params.names, given, axis=2, zero_missing=coefficients
+        )
     trajectories = stored[:, ::stride]
     check_grid(trajectories, meta, data)
     available = trajectories.shape[1] - history

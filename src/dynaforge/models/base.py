@@ -52,6 +52,9 @@ class ModelShape(NamedTuple):
     boundary: tuple[str, ...] = ()
     """The boundary parameters given as the last `len(boundary)` channels, constant fields of each sample's
     value (`data.boundary_channels`, `dynaforge.data.boundary`); they are among `held`."""
+    parameters: tuple[str, ...] = ()
+    """The coefficients given as the channels after the boundary ones (`data.parameter_channels`): constant
+    fields of each sample's value, 0 where the data has no such parameter; they are among `held`."""
 
     @property
     def in_channels(self) -> int:
@@ -74,6 +77,7 @@ def shape_from_dict(record: Mapping[str, Any]) -> ModelShape:
             **record,
             "held": tuple(int(c) for c in record.get("held", ())),
             "boundary": tuple(str(name) for name in record.get("boundary", ())),
+            "parameters": tuple(str(name) for name in record.get("parameters", ())),
         }
     )
 

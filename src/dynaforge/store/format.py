@@ -68,13 +68,33 @@ def parameter_columns(names: Sequence[str], chosen: Sequence[str]) -> list[int]:
     return [list(names).index(name) for name in chosen]
 
 
+def parameter_values(
+    params: np.ndarray, names: Sequence[str], chosen: Sequence[str], zero_missing: Sequence[str] = ()
+) -> np.ndarray:
+    """The columns of `params` (N, P) (named `names`) of the parameters `chosen`, (N, len(chosen)) float64;
+    a parameter among `zero_missing` that the data does not have is 0 for every sample (a coefficient
+    channel, `data.parameter_channels`: a system without that coefficient), any other is an error."""
+    parameter_columns(names, [name for name in chosen if name not in zero_missing])
+    values = np.zeros((params.shape[0], len(chosen)), dtype=np.float64)
+    for column, name in enumerate(chosen):
+        if name in names:
+            values[:, column] = params[:, list(names).index(name)]
+    return values
+
+
 def append_parameter_channels(
-    fields: np.ndarray, params: np.ndarray, names: Sequence[str], chosen: Sequence[str], axis: int
+    fields: np.ndarray,
+    params: np.ndarray,
+    names: Sequence[str],
+    chosen: Sequence[str],
+    axis: int,
+    zero_missing: Sequence[str] = (),
 ) -> np.ndarray:
     """`fields` (samples first) with the parameters `chosen` (columns of `params` (N, P), named `names`)
     appended along the channel `axis` as constant channels: each sample's value everywhere, in the fields'
-    dtype (the boundary channels, `data.boundary_channels`)."""
-    values = params[:, parameter_columns(names, chosen)].astype(fields.dtype)
+    dtype (the boundary channels, `data.boundary_channels`, and the coefficient channels,
+    `data.parameter_channels`, which are 0 where the data lacks them: `zero_missing`)."""
+    values = parameter_values(params, names, chosen, zero_missing).astype(fields.dtype)
     axis %= fields.ndim
     view = [1] * fields.ndim
     view[0], view[axis] = values.shape

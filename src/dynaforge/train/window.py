@@ -107,6 +107,7 @@ class WindowTask:
             spatial_dims=sources.spatial_dims,
             held=sources.held,
             boundary=sources.boundary,
+            parameters=sources.parameters,
         )
         self.batches_per_epoch = len(self.train_loader)
         if self.init_from is not None:  # checked here, before the run folder is written
