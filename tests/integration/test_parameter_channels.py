@@ -76,20 +76,43 @@ def test_the_model_holds_and_names_its_coefficient_channels(conditioned: Path) -
     assert loaded.shape.predicted_channels == (0,)
 
 
-def test_fine_tuning_on_a_stored_system_with_the_same_channels_then_evaluating(
-    conditioned: Path, tmp_path: Path
-) -> None:
-    data = tmp_path / "burgers"
+@pytest.fixture(scope="module")
+def tuned(conditioned: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The conditioned run fine-tuned on stored Burgers trajectories (which have no `diffusivity`), with
+    the same channels, and evaluated: (run, data)."""
+    root = tmp_path_factory.mktemp("tuned")
+    data, out = root / "burgers", root / "run"
     grid = ["system.resolution=32", "dataset.n_train=4", "dataset.n_val=2", "dataset.n_test=2"]
     assert main(["generate", TINY, *grid, "--out", str(data), "--no-progress"]) == 0
-    out = tmp_path / "tuned"
     args = ["train", TINY, *grid, CHANNELS, "train.epochs=1", "--data", str(data)]
     assert main([*args, "--from", str(conditioned), "--out", str(out), "--no-progress"]) == 0
-    tuned = load_surrogate(out)
-    assert tuned.shape.parameters == ("viscosity", "diffusivity")
     assert main(["evaluate", str(out), "--data", str(data)]) == 0
+    return out, data
+
+
+def test_fine_tuning_on_a_stored_system_with_the_same_channels_then_evaluating(
+    tuned: tuple[Path, Path],
+) -> None:
+    out, _ = tuned
+    assert load_surrogate(out).shape.parameters == ("viscosity", "diffusivity")
     metrics = json.loads((out / "eval" / "metrics.json").read_text())
-    assert np.isfinite(metrics["one_step_nrmse"])
+    assert all(np.isfinite(metrics["rollout_nrmse"])) and np.isfinite(metrics["one_step_nrmse"])
+
+
+def test_the_conditioned_run_exports_and_rolls_out_under_onnxruntime_as_evaluated(
+    tuned: tuple[Path, Path], tmp_path: Path
+) -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from dynaforge.export.onnx_rollout import rollout_onnx  # with the optional export extra only
+
+    out, data = tuned
+    onnx_path = tmp_path / "model.onnx"
+    assert main(["-q", "export", str(out), "--out", str(onnx_path)]) == 0
+    metrics = json.loads((out / "eval" / "metrics.json").read_text())
+    result = rollout_onnx(onnx_path, data, frames=len(metrics["rollout_nrmse"]))
+    assert result.predicted.shape[2] == 1  # the coefficient channels are not scored
+    np.testing.assert_allclose(result.nrmse, metrics["rollout_nrmse"], rtol=1e-4)
 
 
 def test_fine_tuning_without_the_pretrained_channels_is_refused(
