@@ -279,3 +279,67 @@ def test_refiner_loss_balanced_has_the_plain_value() -> None:
         plain = refiner_loss(model, inputs, target, k, noise)
         even = refiner_loss(model, inputs, target, k, noise, balance=True)
     torch.testing.assert_close(even, plain)
+
+
+def test_v_prediction_step_recovers_the_change_from_the_true_v() -> None:
+    """v-prediction: a network that predicts exactly v = a_k noise - sigma_k d of the noised estimate it was
+    given returns the true change (a_k x - sigma_k v = d since a_k ** 2 + sigma_k ** 2 = 1)."""
+    model = build_refiner(MODEL, SHAPE, 3, 4e-7, prediction="v").eval()
+    frames = torch.randn(2, 2, 1, 32, dtype=torch.float64)
+    change = torch.randn(2, 1, 1, 32, dtype=torch.float64)
+    noise = torch.randn_like(change)
+    for k in (1, 2, 3):
+        a, sigma = model.signals[k - 1], model.levels[k - 1]
+
+        def true_v(f, noisy, steps, a=a, sigma=sigma):  # the noise that made `noisy` from the change
+            added = (noisy - a * change) / sigma
+            return a * added - sigma * change
+
+        model.call = true_v  # type: ignore[method-assign]
+        torch.testing.assert_close(model.refine(frames, change, k, noise), change)
+
+
+def test_v_prediction_loss_is_change_mse_at_k0_and_v_mse_above() -> None:
+    model = build_refiner(MODEL, SHAPE, 3, 1e-3, change_scale=0.5, prediction="v")
+    inputs = torch.randn(4, 2, 1, 32, dtype=torch.float32)
+    target = torch.randn(4, 1, 1, 32, dtype=torch.float32)
+    noise = torch.randn(4, 1, 1, 32, dtype=torch.float32)
+    change = (target - inputs[:, -1:]) / 0.5
+    k = torch.tensor([0, 1, 2, 3])
+    loss = refiner_loss(model, inputs, target, k, noise)
+    noisy = torch.stack(
+        [torch.zeros_like(change[0])]
+        + [
+            a * change[i] + s * noise[i]
+            for i, s, a in zip((1, 2, 3), model.levels, model.signals, strict=True)
+        ]
+    )
+    with torch.no_grad():
+        output = model.call(inputs, noisy, k)
+    v = [a * noise[i] - s * change[i] for i, s, a in zip((1, 2, 3), model.levels, model.signals, strict=True)]
+    by_hand = torch.stack(
+        [(output[0] - change[0]).square().mean()]
+        + [(output[i] - v[i - 1]).square().mean() for i in (1, 2, 3)]
+    ).mean()
+    torch.testing.assert_close(loss, by_hand)
+
+
+def test_the_prediction_form_is_kept_in_the_checkpoint(
+    tiny_data: Path, tmp_path: Path, one_thread: None
+) -> None:
+    config = load_config(
+        CONFIGS / "tiny.yaml",
+        [
+            "model.name=fno",
+            "stages.refiner.epochs=1",
+            "stages.refiner.steps=2",
+            "stages.refiner.prediction=v",
+        ],
+    )
+    run_refiner_stages(config, tiny_data, tmp_path / "run", stage="refiner", progress=False)
+    state = load_checkpoint(next((tmp_path / "run").rglob("last.pt")))
+    assert state["refiner_prediction"] == "v"
+    rebuilt = model_from_checkpoint(state)
+    assert isinstance(rebuilt, Refiner) and rebuilt.prediction == "v"
+    old = {k: v for k, v in state.items() if k != "refiner_prediction"}  # written before it was recorded
+    assert model_from_checkpoint(old).prediction == "noise"

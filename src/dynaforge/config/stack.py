@@ -108,6 +108,10 @@ class RefinerStageConfig(StageConfig):
     release's `difference_weight`: the k = 0 loss and the noise levels are measured against d."""
     val_rollout: int = checked(10, check=AT_LEAST_ONE)
     """Refined steps of the validation rollout whose nRMSE chooses the best checkpoint."""
+    prediction: Literal["noise", "v"] = "noise"
+    """What the network predicts at k > 0: `noise`, the added noise (the paper's form), or `v`, a_k noise -
+    sigma_k d (the public release's v-prediction scheduler), from which the estimate is a_k x - sigma_k v
+    (`models/refiner.py`)."""
     balance: bool = False
     """Weight each refinement step k's loss by the inverse of its own batch mean (same value, equal share of
     the gradient relative to its size; `models/refiner.py` `balanced`). False is the paper's plain mean,

@@ -23,8 +23,13 @@ the noise added to the true change. With K = 0 the model is the plain one-step o
 (plus two input frames that are always zero).
 
 Conventions as `dynaforge.models.base`: normalised, channels-first frames (batch, frames, C, *space), one
-predicted frame per call. The public code release (pdearena) writes the refinement with a v-prediction
-DDPM scheduler; this module keeps the paper's noise-prediction form.
+predicted frame per call. The paper writes the refinement as noise prediction (`prediction="noise"`, the
+default); the public code release (pdearena) trains its DDPM scheduler with v-prediction
+(`prediction="v"`): at k > 0 the network predicts v = a_k noise - sigma_k d, the new estimate of d is
+a_k x - sigma_k v for the noised estimate x = a_k d + sigma_k noise (exact, since a_k ** 2 + sigma_k ** 2 = 1),
+and the loss is the MSE of v. Where the noise is small (the last steps, sigma_k ~ 1e-3), noise prediction
+recovers d as (x - sigma_k noise) / a_k and an error in the predicted noise barely moves it; v-prediction
+makes the network predict -d itself there, so the loss weighs d's error as it weighs the first call's.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Float, Int
@@ -44,6 +49,9 @@ from dynaforge.models.registry import build_model
 
 REFINER_KIND = "refiner"
 """Checkpoint kind of a refiner (`dynaforge.models.loading.BUILDERS`)."""
+Prediction = Literal["noise", "v"]
+"""What the network predicts at k > 0: the added noise (the paper) or v = a_k noise - sigma_k d (the
+public release's scheduler); see the module docstring."""
 
 
 def signal_levels(steps: int, min_noise_std: float) -> list[float]:
@@ -87,8 +95,12 @@ class Refiner(nn.Module):
         steps: int,
         min_noise_std: float,
         change_scale: float = 1.0,
+        prediction: Prediction = "noise",
     ) -> None:
         super().__init__()
+        if prediction not in ("noise", "v"):
+            raise ConfigError(f"refiner prediction must be 'noise' or 'v', got {prediction!r}")
+        self.prediction = prediction
         self.network = network
         self.shape = shape
         self.steps = steps
@@ -104,7 +116,7 @@ class Refiner(nn.Module):
         k: Int[Tensor, " batch"],
     ) -> Float[Tensor, "batch 1 channels *space"]:
         """One network call at refinement step k (per sample) on an `estimate` of the change d: the raw
-        output (d at k = 0, the predicted noise at k > 0)."""
+        output (d at k = 0, the predicted noise or v at k > 0)."""
         fraction = k.to(estimate.dtype) / max(self.steps, 1)
         step = fraction.view(-1, *[1] * (estimate.ndim - 1)).expand_as(estimate)
         stacked = torch.cat([frames, estimate, step], dim=1)
@@ -125,12 +137,15 @@ class Refiner(nn.Module):
         k: int,
         noise: Float[Tensor, "batch 1 channels *space"],
     ) -> Float[Tensor, "batch 1 channels *space"]:
-        """Refinement step k (1..K) of an estimate of d: noise it (a_k d + sigma_k noise), subtract the
-        predicted noise and undo a_k."""
+        """Refinement step k (1..K) of an estimate of d: noise it (x = a_k d + sigma_k noise), then subtract
+        the predicted noise and undo a_k, or (v-prediction) take a_k x - sigma_k v."""
         sigma, signal = self.levels[k - 1], self.signals[k - 1]
         noisy = signal * estimate + sigma * noise
         steps = torch.full((frames.shape[0],), k, dtype=torch.long, device=frames.device)
-        return (noisy - sigma * self.call(frames, noisy, steps)) / signal
+        output = self.call(frames, noisy, steps)
+        if self.prediction == "v":
+            return signal * noisy - sigma * output
+        return (noisy - sigma * output) / signal
 
     def forward(self, inputs: ModelInput, generator: torch.Generator | None = None) -> ModelOutput:
         """The next frame after K + 1 network calls; `generator` draws the refinement noise (None: torch's
@@ -146,7 +161,12 @@ class Refiner(nn.Module):
 
 
 def build_refiner(
-    config: ModelConfig, shape: ModelShape, steps: int, min_noise_std: float, change_scale: float = 1.0
+    config: ModelConfig,
+    shape: ModelShape,
+    steps: int,
+    min_noise_std: float,
+    change_scale: float = 1.0,
+    prediction: Prediction = "noise",
 ) -> Refiner:
     """A fresh refiner whose network is `config`'s architecture (its `residual` turned off: the refiner
     adds the last frame itself at k = 0 and predicts noise at k > 0), its output layer zeroed as a residual
@@ -157,16 +177,20 @@ def build_refiner(
     layer = network.output_layer()
     if layer is not None:
         zero_layer(layer)
-    return Refiner(network, shape, steps, min_noise_std, change_scale)
+    return Refiner(network, shape, steps, min_noise_std, change_scale, prediction)
 
 
 def refiner_from_checkpoint(checkpoint: Mapping[str, Any]) -> nn.Module:
     """The untrained refiner a checkpoint of kind `refiner` describes (`refiner_steps`, `min_noise_std`,
-    `change_scale`)."""
+    `change_scale`, `refiner_prediction`: noise in checkpoints written before it was recorded)."""
     config = config_from_dict(checkpoint["config"])
     shape = shape_from_dict(checkpoint["model_shape"])
     steps, sigma = int(checkpoint["refiner_steps"]), float(checkpoint["min_noise_std"])
-    return build_refiner(config.model, shape, steps, sigma, float(checkpoint.get("change_scale", 1.0)))
+    scale, prediction = (
+        float(checkpoint.get("change_scale", 1.0)),
+        checkpoint.get("refiner_prediction", "noise"),
+    )
+    return build_refiner(config.model, shape, steps, sigma, scale, prediction)
 
 
 def refiner_loss(
@@ -179,7 +203,8 @@ def refiner_loss(
 ) -> Tensor:
     """PDE-Refiner's training loss for refinement steps `k` (per sample, 0..K) and Gaussian `noise`: the
     mean over samples of the k = 0 samples' MSE of the predicted change d = (target - last frame) /
-    change_scale and the k > 0 samples' MSE of the predicted noise (one network call for the whole batch)."""
+    change_scale and the k > 0 samples' MSE of the predicted noise, or of v = a_k noise - sigma_k d with
+    `model.prediction` "v" (one network call for the whole batch)."""
     change = (target - inputs[:, -1:]) / model.change_scale
     per_k = [0.0, *model.levels], [1.0, *model.signals]
     sigma, signal = (
@@ -192,7 +217,7 @@ def refiner_loss(
     mask = first.view(-1, *[1] * (target.ndim - 1))
     noisy = torch.where(mask, torch.zeros_like(change), signal * change + sigma * noise)
     output = model.call(inputs, noisy, k)
-    wanted = torch.where(mask, change, noise)
+    wanted = torch.where(mask, change, signal * noise - sigma * change if model.prediction == "v" else noise)
     per_sample = (output.float() - wanted.float()).square().flatten(1).mean(dim=1)
     return balanced(per_sample, k) if balance else per_sample.mean()
 

@@ -63,7 +63,12 @@ class RefinerTask(StageTask):
     def build_model(self) -> nn.Module:
         stage = self.stage
         return build_refiner(
-            self.config.model, self.shape, self.steps, stage.min_noise_std, stage.change_scale
+            self.config.model,
+            self.shape,
+            self.steps,
+            stage.min_noise_std,
+            stage.change_scale,
+            stage.prediction,
         )
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> StepLoss:
@@ -98,6 +103,7 @@ class RefinerTask(StageTask):
             "refiner_steps": self.steps,
             "min_noise_std": self.stage.min_noise_std,
             "change_scale": self.stage.change_scale,
+            "refiner_prediction": self.stage.prediction,
         }
 
 
