@@ -66,8 +66,9 @@ def test_noise_levels_are_the_release_ddpm_schedule() -> None:
     assert noise_levels(0, 1e-6) == [] and signal_levels(0, 1e-6) == []
 
 
-def test_loss_is_change_mse_at_k0_and_noise_mse_above() -> None:
-    model = build_refiner(MODEL, SHAPE, 3, 1e-3, change_scale=0.5)
+@pytest.mark.parametrize("prediction", ["noise", "v"])
+def test_loss_is_change_mse_at_k0_and_noise_or_v_mse_above(prediction: str) -> None:
+    model = build_refiner(MODEL, SHAPE, 3, 1e-3, change_scale=0.5, prediction=prediction)
     recorder = Recorder(model.network)
     model.network = recorder
     inputs = torch.randn(4, 2, 1, 32, dtype=torch.float32)
@@ -84,12 +85,17 @@ def test_loss_is_change_mse_at_k0_and_noise_mse_above() -> None:
     ):  # k > 0: a_k d + sigma_k noise
         torch.testing.assert_close(estimate[i], a * change[i] + sigma * noise[i])
     assert torch.allclose(step[:, 0, 0, 0], torch.tensor([0, 1 / 3, 2 / 3, 1.0]))
-    # by hand: sample 0 against the change, the others against the noise
+    # by hand: sample 0 against the change, the others against the noise (or v)
     with torch.no_grad():
         output = model.call(inputs, torch.cat([torch.zeros_like(target[:1]), estimate[1:]]), k)
+    # k > 0: the noise, or v = a_k noise - sigma_k d
+    wanted = [
+        noise[i] if prediction == "noise" else a * noise[i] - sigma * change[i]
+        for i, sigma, a in zip((1, 2, 3), model.levels, model.signals, strict=True)
+    ]
     by_hand = torch.stack(
         [(output[0] - change[0]).square().mean()]
-        + [(output[i] - noise[i]).square().mean() for i in (1, 2, 3)]
+        + [(output[i] - wanted[i - 1]).square().mean() for i in (1, 2, 3)]
     ).mean()
     torch.testing.assert_close(loss, by_hand)
     loss.backward()
@@ -297,31 +303,6 @@ def test_v_prediction_step_recovers_the_change_from_the_true_v() -> None:
 
         model.call = true_v  # type: ignore[method-assign]
         torch.testing.assert_close(model.refine(frames, change, k, noise), change)
-
-
-def test_v_prediction_loss_is_change_mse_at_k0_and_v_mse_above() -> None:
-    model = build_refiner(MODEL, SHAPE, 3, 1e-3, change_scale=0.5, prediction="v")
-    inputs = torch.randn(4, 2, 1, 32, dtype=torch.float32)
-    target = torch.randn(4, 1, 1, 32, dtype=torch.float32)
-    noise = torch.randn(4, 1, 1, 32, dtype=torch.float32)
-    change = (target - inputs[:, -1:]) / 0.5
-    k = torch.tensor([0, 1, 2, 3])
-    loss = refiner_loss(model, inputs, target, k, noise)
-    noisy = torch.stack(
-        [torch.zeros_like(change[0])]
-        + [
-            a * change[i] + s * noise[i]
-            for i, s, a in zip((1, 2, 3), model.levels, model.signals, strict=True)
-        ]
-    )
-    with torch.no_grad():
-        output = model.call(inputs, noisy, k)
-    v = [a * noise[i] - s * change[i] for i, s, a in zip((1, 2, 3), model.levels, model.signals, strict=True)]
-    by_hand = torch.stack(
-        [(output[0] - change[0]).square().mean()]
-        + [(output[i] - v[i - 1]).square().mean() for i in (1, 2, 3)]
-    ).mean()
-    torch.testing.assert_close(loss, by_hand)
 
 
 def test_the_prediction_form_is_kept_in_the_checkpoint(

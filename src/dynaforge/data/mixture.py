@@ -24,7 +24,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from dynaforge.config import Config, ConfigError, SystemConfig
-from dynaforge.data.boundary import with_boundary_channels
+from dynaforge.data.boundary import check_parameter_channels, with_boundary_channels
 from dynaforge.seeds import SPLIT_IDS, Rows
 from dynaforge.systems import System, build_system
 
@@ -118,13 +118,11 @@ class MixturePlan:
 
 
 def mixture_plan(config: Config) -> MixturePlan:
-    """The members `config` streams (`mixture`, else `system` alone), checked to share one model's input."""
+    """The members `config` streams (`mixture`, else `system` alone), checked to share one model's input
+    and to record the coefficients it gives as channels (`data.parameter_channels`)."""
     if not config.mixture:
-        return MixturePlan(
-            [Member(stream_system(config.system, "system"), config.dataset.seed, 1.0, "system")],
-            config.dataset.seed,
-            config.data.parameter_channels,
-        )
+        member = Member(stream_system(config.system, "system"), config.dataset.seed, 1.0, "system")
+        return checked_plan(MixturePlan([member], config.dataset.seed, config.data.parameter_channels))
     members = [
         Member(
             stream_system(m.system, f"mixture[{i}].system"),
@@ -135,7 +133,15 @@ def mixture_plan(config: Config) -> MixturePlan:
         for i, m in enumerate(config.mixture)
     ]
     check_shared_input(members, [m.system for m in config.mixture])
-    return MixturePlan(members, config.dataset.seed, config.data.parameter_channels)
+    return checked_plan(MixturePlan(members, config.dataset.seed, config.data.parameter_channels))
+
+
+def checked_plan(plan: MixturePlan) -> MixturePlan:
+    """`plan`, its coefficient channels checked against its members' parameters (`check_parameter_channels`)."""
+    if plan.parameters:
+        systems = [(m.system.name, m.system.parameter_names) for m in plan.members]
+        check_parameter_channels(plan.parameters, systems)
+    return plan
 
 
 def stream_system(system_config: SystemConfig, key: str) -> System:

@@ -235,24 +235,18 @@ def check_boundary_source(config: Config, folder: DatasetFolder | None, windows:
 def check_parameter_source(
     config: Config, folder: DatasetFolder | None, windows: SplitWindows | None
 ) -> None:
-    """`data.parameter_channels`: names the systems (the folder's, else the stream's) record, and, from a
-    dataset folder, the window task reading the splits whole."""
-    if folder is not None:
-        names = folder.read_split("train", 1).param_names
-        check_parameter_channels(config.data.parameter_channels, [(folder.system, names)])
-        if windows is not None:
-            raise ConfigError(
-                "data.parameter_channels is read by the window task only: set it [] for this task"
-            )
-        if reads_lazily(config, folder):
-            raise ConfigError(
-                "data.parameter_channels reads the splits whole: set data.reading=memory (or raise "
-                "data.memory_budget_mib), or set it []"
-            )
-    else:
-        members = mixture_plan(config).members
-        check_parameter_channels(
-            config.data.parameter_channels, [(m.system.name, m.system.parameter_names) for m in members]
+    """`data.parameter_channels` from a dataset folder: names its system records, and the window task
+    reading the splits whole (a stream's systems are checked where its plan is built, `mixture_plan`)."""
+    if folder is None:
+        return
+    names = folder.read_split("train", 1).param_names
+    check_parameter_channels(config.data.parameter_channels, [(folder.system, names)])
+    if windows is not None:
+        raise ConfigError("data.parameter_channels is read by the window task only: set it [] for this task")
+    if reads_lazily(config, folder):
+        raise ConfigError(
+            "data.parameter_channels reads the splits whole: set data.reading=memory (or raise "
+            "data.memory_budget_mib), or set it []"
         )
 
 

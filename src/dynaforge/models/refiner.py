@@ -27,9 +27,10 @@ predicted frame per call. The paper writes the refinement as noise prediction (`
 default); the public code release (pdearena) trains its DDPM scheduler with v-prediction
 (`prediction="v"`): at k > 0 the network predicts v = a_k noise - sigma_k d, the new estimate of d is
 a_k x - sigma_k v for the noised estimate x = a_k d + sigma_k noise (exact, since a_k ** 2 + sigma_k ** 2 = 1),
-and the loss is the MSE of v. Where the noise is small (the last steps, sigma_k ~ 1e-3), noise prediction
-recovers d as (x - sigma_k noise) / a_k and an error in the predicted noise barely moves it; v-prediction
-makes the network predict -d itself there, so the loss weighs d's error as it weighs the first call's.
+and the loss is the MSE of v. An error e in the network's output moves the estimate of d by sigma_k e / a_k
+with noise prediction and by sigma_k e with v-prediction: the two differ where a_k is well below 1 (large
+noise). At the small noise levels used here (sigma_k <= 0.09, a_k >= 0.996) v is nearly the noise and the two
+forms nearly coincide.
 """
 
 from __future__ import annotations
