@@ -294,7 +294,15 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Pretraining, then every case's runs (see the module docstring)."""
     channels = channels_of(args.parameter_channels)
     run = work / f"pretrain-{args.pretrain_seconds:g}s{'-' + '+'.join(channels) if channels else ''}"
-    overrides = [*(QUICK_PRETRAIN if args.quick else []), *channel_overrides(channels)]
+    if args.pretrain_override:  # another mixture: its own pretrained run
+        run = run.with_name(
+            f"{run.name}-{hashlib.sha256(repr(args.pretrain_override).encode()).hexdigest()[:8]}"
+        )
+    overrides = [
+        *(QUICK_PRETRAIN if args.quick else []),
+        *channel_overrides(channels),
+        *args.pretrain_override,
+    ]
     print(f"pretraining for {args.pretrain_seconds:g} s into {run}", flush=True)
     detail: dict[str, Any] = {"pretrain": pretrain(run, args.pretrain_seconds, overrides), "cases": {}}
     print(json.dumps(detail["pretrain"]), flush=True)
@@ -508,6 +516,15 @@ def main() -> None:
         help="comma-separated coefficients given to the model as channels in pretraining and both downstream "
         "arms (data.parameter_channels, e.g. viscosity,diffusivity); results to universal.conditioned.json",
     )
+    parser.add_argument(
+        "--pretrain-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override of the pretraining mixture (repeatable, e.g. "
+        "mixture.1.system.diffusivity.high=0.2); results to universal.TAG.json with --tag",
+    )
+    parser.add_argument("--tag", default="", help="write benchmarks/results/universal.TAG.json instead")
     parser.add_argument("--test", type=int, default=32, help="test trajectories per case")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--work", default="/tmp/dynaforge-universal", help="pretrained run and datasets")
@@ -522,6 +539,7 @@ def main() -> None:
         args.pretrain_seconds, args.sizes, args.seeds, args.steps, args.test = 3.0, "4,16", 1, 20, 4
     torch.set_num_threads(1)
     results = RESULTS.with_name("universal.conditioned.json") if args.parameter_channels else RESULTS
+    results = results.with_name(f"universal.{args.tag}.json") if args.tag else results
     results = quick_path(results) if args.quick else results
     if args.combine:
         detail = combined(sorted(Path(args.work).glob("part-*.json")))

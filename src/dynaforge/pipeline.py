@@ -21,7 +21,7 @@ from dynaforge.atomic import check_output_folder
 from dynaforge.config import Config, config_differences, config_to_dict, load_config, save_config
 from dynaforge.errors import OUT, RunError
 from dynaforge.evaluate import evaluate, evaluation_is_current
-from dynaforge.generate import generate
+from dynaforge.generate import check_single_system, generate
 from dynaforge.runs import check_same_run, holds_run, load_checkpoint, run_folder
 from dynaforge.store.format import MANIFEST
 from dynaforge.store.writer import identity_of
@@ -39,6 +39,7 @@ def run_pipeline(
     (`dynaforge.train.stages`, whose own stages.json skips finished stages), evaluated with its stack
     section (always rerun)."""
     root = Path(root)
+    check_single_system(config)
     check_no_empty_split(config)
     check_output_folder(root, ("data", "run"), "a `run` folder (data/, run/)", RunError)
     data, run = root / "data", run_folder(root / "run")

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from typing import Any, NamedTuple
 
 from dynaforge.config import Config, ConfigError
 from dynaforge.errors import DATA, Blank, RunError, command
 from dynaforge.store import DatasetFolder
+
+log = logging.getLogger(__name__)
 
 SHAPE_KEYS = ("name", "ndim", "resolution", "channels", "bodies")
 """`system` keys that decide what a generated dataset holds (its kind, grid and channels); the others
@@ -68,14 +71,32 @@ def check_config_matches_data(config: Config, dataset: DatasetFolder) -> None:
         )
 
 
+MIXTURE_PREFIX = "mixture:"
+"""A mixture-trained run's data identity names its members: `mixture:burgers+heat` (`data.mixture`)."""
+
+
+def mixture_members(system: str) -> list[str]:
+    """The systems of an identity's `system`: its members for a mixture, else the system itself."""
+    return system.removeprefix(MIXTURE_PREFIX).split("+") if system.startswith(MIXTURE_PREFIX) else [system]
+
+
 def check_same_data(trained_on: DataIdentity, dataset: DatasetFolder, run: str) -> None:
-    """Refuse to evaluate run `run`, trained on data like `trained_on`, on a dataset of another kind."""
+    """Refuse to evaluate run `run`, trained on data like `trained_on`, on a dataset of another kind.
+
+    A run pretrained on a mixture reads fields of any system on its grid with its channels: it is scored on
+    a member's dataset, or zero-shot on another system's (logged), as a model of many systems is meant to be.
+    """
     found = data_identity(dataset)
+    mixed = trained_on.system.startswith(MIXTURE_PREFIX)
     differences = [
         f"{name}: {theirs} ({dataset.root}) != {ours} (trained on)"
         for name, ours, theirs in zip(DataIdentity._fields, trained_on, found, strict=True)
-        if ours != theirs
+        if ours != theirs and not (mixed and name == "system")
     ]
+    if mixed and not differences and found.system not in mixture_members(trained_on.system):
+        log.info(
+            "%s was pretrained on %s, not on %s: scoring it zero-shot", run, trained_on.system, found.system
+        )
     if differences:
         raise RunError(
             f"{run} was trained on other data than {dataset.root} holds:\n    "

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from dynaforge.config import Config, ConfigError, SystemConfig
 from dynaforge.data.boundary import check_parameter_channels, with_boundary_channels
+from dynaforge.data.identity import MIXTURE_PREFIX
 from dynaforge.seeds import SPLIT_IDS, Rows
 from dynaforge.systems import System, build_system
 
@@ -187,7 +188,7 @@ def check_shared_input(members: Sequence[Member], configs: Sequence[SystemConfig
 def mixture_name(plan: MixturePlan) -> str:
     """The data identity's system name: the system's, or `mixture:a+b+c`."""
     names = plan.names
-    return names[0] if len(names) == 1 else "mixture:" + "+".join(names)
+    return names[0] if len(names) == 1 else MIXTURE_PREFIX + "+".join(names)
 
 
 def expected_share(plan: MixturePlan) -> list[float]:

@@ -39,6 +39,7 @@ from dynaforge.config import (
 )
 from dynaforge.data import DataIdentity, check_same_data, data_fingerprint
 from dynaforge.data.boundary import split_with_boundary
+from dynaforge.data.identity import mixture_members
 from dynaforge.errors import DATA, RunError
 from dynaforge.evaluate.ensembles import ENSEMBLE_MEMBERS, ensembles_section, spread_error_figure
 from dynaforge.evaluate.plots import (
@@ -166,7 +167,7 @@ def evaluate(
     checkpoint_path = model_folder.checkpoint(config.checkpoint)
     device = torch.device(resolve_device(config.device))
     model, shape, normalizer, trained, checkpoint = load_surrogate(checkpoint_path, device)
-    dataset = DatasetFolder(dataset_root(checkpoint, data))
+    dataset = DatasetFolder(dataset_root(checkpoint, data, folder.root))
     if "data_identity" in checkpoint:  # runs trained before it was recorded: check_compatible only
         check_same_data(DataIdentity.from_dict(checkpoint["data_identity"]), dataset, str(folder.root))
     test = dataset.read_split("test", config.test_samples)
@@ -345,13 +346,29 @@ def evaluate_config_of(folder: RunFolder) -> EvaluateConfig:
     return EvaluateConfig()
 
 
-def dataset_root(checkpoint: dict[str, Any], data: str | Path | None) -> Path:
+def dataset_root(checkpoint: dict[str, Any], data: str | Path | None, run: Path) -> Path:
     if data is not None:
         return Path(data)
-    recorded = Path(checkpoint.get("data", ""))
+    if checkpoint.get("data") is None:
+        raise RunError(no_dataset_message(checkpoint.get("data_identity"), run))
+    recorded = Path(checkpoint["data"])
     if not recorded.exists():
         raise RunError(f"the dataset the run was trained on ({recorded}) is gone; pass {DATA} or FILE")
     return recorded
+
+
+def no_dataset_message(identity: dict[str, Any] | None, run: Path) -> str:
+    """What to pass for a run trained from the stream without a dataset folder (nothing recorded to score
+    on): a dataset of its system, made from its own config; for a mixture, of one of its members."""
+    systems = mixture_members(DataIdentity.from_dict(identity).system) if identity else ["its system"]
+    if len(systems) > 1:
+        how = "generate a config whose `system` section is one of the mixture's"
+    else:
+        how = f"`dynaforge generate {run / 'config.yaml'} --out DIR`"
+    return (
+        f"{run} was trained from the stream and has no dataset folder to score on; pass {DATA}: a dataset of "
+        f"{' or '.join(systems)} on the run's grid (make one: {how})"
+    )
 
 
 def evaluation_folder(folder: RunFolder, checkpoint: dict[str, Any], dataset: DatasetFolder) -> Path:

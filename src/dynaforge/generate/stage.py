@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from dynaforge.atomic import remove_stale_temporaries
 from dynaforge.config import Config, resolve_device
-from dynaforge.errors import DynaforgeError
+from dynaforge.errors import ConfigError, DynaforgeError
 from dynaforge.machine import local_rank_device
 from dynaforge.models.loading import controller_for
 from dynaforge.store.format import DatasetError, plan_shards, read_record
@@ -170,6 +170,7 @@ def generate(
     `progress=None` shows a progress bar only on a terminal. `processes > 1` runs the shards in that many
     worker processes of this machine, "auto" as many as `auto_processes` finds fastest (module docstring).
     """
+    check_single_system(config)
     root = Path(out)
     index, count = worker_slot(shard_index, num_shards)
     processes = parse_processes(processes)
@@ -219,6 +220,18 @@ def generate(
             update_manifest(root, config, system)  # a partial dataset: the shards finished so far are listed
             raise
     return update_manifest(root, config, system)
+
+
+def check_single_system(config: Config) -> None:
+    """Refuse a mixture config: a dataset holds one system, and the `system` section a mixture config
+    leaves at its defaults would be generated instead of its members."""
+    if config.mixture:
+        members = ", ".join(member.system.name for member in config.mixture)
+        raise ConfigError(
+            f"the config is a mixture ({members}): a mixture is generated while training from the stream "
+            "(`dynaforge train CONFIG`); to store one member's trajectories, generate a config whose `system` "
+            "section is that member's"
+        )
 
 
 def generate_in_processes(config: Config, root: Path, processes: int, progress: bool | None = None) -> None:
