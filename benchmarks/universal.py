@@ -2,8 +2,8 @@
 64 and 256 downstream trajectories, on two cases held out of pretraining (issue 36, item 4).
 
 Pretraining: configs/universal_pretrain.yaml (one FNO, width 32, 16 modes, 4 layers, 137 569 parameters;
-Burgers viscosity 0.005-0.05, heat, Kuramoto-Sivashinsky (periodic) and advection-diffusion between no-flux
-walls on a 64-point grid, 21 frames, 2 input frames -> 1) trained from the stream by `dynaforge train` for a
+Burgers viscosity 0.005-0.05, heat with diffusivity 0.001-0.2, Kuramoto-Sivashinsky (periodic) and
+advection-diffusion between no-flux walls on a 64-point grid, 21 frames, 2 input frames -> 1) trained from the stream by `dynaforge train` for a
 wall-clock budget (`--pretrain-seconds`, default 1200: a third of the issue's "one CPU core for an hour",
 scaled to a shared 2-core machine), the trainer on one
 torch thread, the generator in one worker process (`data.stream.workers=1`). The model is told nothing about
@@ -14,7 +14,9 @@ Held-out cases (configs/universal_finetune.yaml's data, model and grid):
   between Neumann walls (nu 0.002-0.02, r 0.5-3): the mixture has its diffusion (heat), its walls
   (advection-diffusion) and a quadratic nonlinearity (Burgers, KS), not its reaction term;
 - `burgers-viscous`: a parameter range not in the mixture, viscous Burgers with viscosity 0.07-0.2 (log
-  uniform; pretrained on 0.005-0.05), the mixture member's grid, time step and initial states otherwise.
+  uniform; the Burgers member is pretrained on 0.005-0.05), the mixture member's grid, time step and initial
+  states otherwise. The heat member diffuses at those rates (its diffusivity reaches 0.2): the mixture has
+  the damping, not the Burgers flux at that damping.
 
 For each case, each seed s (0, 1, 2: the training trajectories are dataset seed s's train split, the
 model's initial weights and data order train seed s) and each n, two runs of the same FNO on the same n
@@ -56,6 +58,9 @@ Run: `env OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/universal.py --pret
 two cores, once the pretrained run is there, `--cases fisher-kpp --part` and `--cases burgers-viscous --part`
 can run side by
 side (each writes WORK/part-CASE.json), and `--combine` writes the results from them.
+
+`--pretrain-override KEY=VALUE` (repeatable) changes the pretraining mixture (its own pretrained run in
+WORK), `--tag TAG` writes universal.TAG.json instead: how the mixture was probed (docs/mixture.md).
 
 `--quick` is the smoke run (`make bench-smoke`): a 3 s pretraining on 32 trajectories an epoch, one seed,
 n = 4 and 16, 20 steps, 4 test trajectories; not a figure, written to a temporary folder (smoke.quick_path).
@@ -105,7 +110,7 @@ ROLLOUT = 10
 """Frames of the headline rollout (the fine-tune preset's evaluate.rollout_frames)."""
 CASES = {
     "fisher-kpp": "held-out family: Fisher-KPP reaction-diffusion, no-flux walls",
-    "burgers-viscous": "held-out range: Burgers, viscosity 0.07-0.2 (pretrained on 0.005-0.05)",
+    "burgers-viscous": "held-out range: Burgers, viscosity 0.07-0.2 (its member pretrained on 0.005-0.05)",
 }
 
 
@@ -522,7 +527,7 @@ def main() -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a config override of the pretraining mixture (repeatable, e.g. "
-        "mixture.1.system.diffusivity.high=0.2); results to universal.TAG.json with --tag",
+        "mixture.0.weight=3.0); results to universal.TAG.json with --tag",
     )
     parser.add_argument("--tag", default="", help="write benchmarks/results/universal.TAG.json instead")
     parser.add_argument("--test", type=int, default=32, help="test trajectories per case")
