@@ -6,6 +6,7 @@ from dynaforge.data.identity import (
     check_same_data,
     data_fingerprint,
     data_identity,
+    mixture_members,
 )
 from dynaforge.data.loader import make_loader, safe_start_method
 from dynaforge.data.normalize import Normalizer
@@ -27,6 +28,7 @@ __all__ = [
     "data_fingerprint",
     "data_identity",
     "make_loader",
+    "mixture_members",
     "safe_start_method",
     "window_starts",
 ]

@@ -37,9 +37,8 @@ from dynaforge.config import (
     load_config,
     resolve_device,
 )
-from dynaforge.data import DataIdentity, check_same_data, data_fingerprint
+from dynaforge.data import DataIdentity, check_same_data, data_fingerprint, mixture_members
 from dynaforge.data.boundary import split_with_boundary
-from dynaforge.data.identity import mixture_members
 from dynaforge.errors import DATA, RunError
 from dynaforge.evaluate.ensembles import ENSEMBLE_MEMBERS, ensembles_section, spread_error_figure
 from dynaforge.evaluate.plots import (
