@@ -41,6 +41,8 @@ file). A training checkpoint holds:
     budget_epochs                    a `train.time_budget` run's epochs (kept on resume)
     budget_epoch_began,              a budget run's elapsed seconds when its first epoch began and what a
     budget_checkpoint_seconds        checkpoint costs (to settle the count when resumed inside that epoch)
+    budget_first_counted,            its elapsed seconds at the count after the first epoch, and whether
+    budget_recount_due               the second count, a quarter of the way in, is still to come
 
 State dicts never carry the `_orig_mod.` (torch.compile) or `module.` (DDP) prefixes; `load_checkpoint`
 also strips them from files written by other tools.

@@ -12,8 +12,8 @@ import torch
 from dynaforge.config import ConfigError, ScheduleConfig, TrainConfig, load_config
 from dynaforge.train.schedule import (
     Schedule,
-    epochs_after_the_first,
     epochs_in_budget,
+    epochs_to_run,
     schedule_factor,
     schedule_intervals,
 )
@@ -114,10 +114,12 @@ def test_a_budget_is_counted_in_whole_epochs_that_fit() -> None:
     assert epochs_in_budget(100.0, 10, 0.0, 0.0) == 1  # nothing timed: one epoch, not infinitely many
 
 
-def test_after_the_first_epoch_the_count_is_that_one_and_the_whole_epochs_left() -> None:
-    assert epochs_after_the_first(60.0, 6.0) == 11
-    assert epochs_after_the_first(59.9, 6.0) == 10
-    assert epochs_after_the_first(5.9, 6.0) == 1  # no room for another
-    assert epochs_after_the_first(-3.0, 6.0) == 1  # the first epoch already overran the budget
-    assert epochs_after_the_first(60.0, 0.0) == 1
-    assert epochs_after_the_first(math.inf, 6.0) == 1
+def test_a_recount_is_the_epochs_done_and_the_whole_epochs_left() -> None:
+    assert epochs_to_run(1, 60.0, 6.0) == 11
+    assert epochs_to_run(1, 59.9, 6.0) == 10
+    assert epochs_to_run(1, 5.9, 6.0) == 1  # no room for another
+    assert epochs_to_run(1, -3.0, 6.0) == 1  # the first epoch already overran the budget
+    assert epochs_to_run(1, 60.0, 0.0) == 1
+    assert epochs_to_run(1, math.inf, 6.0) == 1
+    assert epochs_to_run(4, 60.0, 6.0) == 14  # later: those done and the ones that fit
+    assert epochs_to_run(4, -1.0, 6.0) == 4

@@ -194,9 +194,10 @@ class TrainConfig:
     """Train for this many seconds of wall-clock time instead of `epochs`; null: train `epochs`. Before the
     first step the engine times a few steps and a validation (then undoes them), turns the time left into a
     whole number of epochs (at least one) and lays the schedule over them; at the end of the first epoch it
-    counts again from that epoch's measured time and the schedule, from where it is, spans the new count.
-    That count is logged and saved in checkpoints, so a run resumed after its first epoch keeps it and ends
-    with the weights of an uninterrupted one. The plan may still miss by a few percent on a busy machine;
+    counts again from that epoch's measured time, and once more at the end of the first epoch after a
+    quarter of the budget from the epochs since the first (the first pays for warm-up); each time the
+    schedule, from where it is, spans the new count. The counts are logged and saved in checkpoints, so a
+    run resumed after the last one keeps it and ends with the weights of an uninterrupted one. The plan may still miss by a few percent on a busy machine;
     should a run have spent 1.25 times its budget with epochs still planned, it ends after that epoch (a
     complete run, its schedule cut short, said in the log)."""
     keep_every: int = checked(0, check=NON_NEGATIVE.because("0: keep no snapshots"))

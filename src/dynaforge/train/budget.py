@@ -1,8 +1,16 @@
 """Training to a wall-clock budget (`train.time_budget`): the part of `Engine` that turns the budget into a
-number of epochs before the first step (`plan_budget`, from a few timed steps), settles it once more at the
-end of the first epoch from that epoch's measured time (`settle_budget`), and ends a run that has overrun
-its budget by `OVERRUN` (`end_if_out_of_time`). The count is kept in checkpoints (`run_checkpoints.py`): a
-run resumed after its first epoch is a run of that many epochs like any other.
+number of epochs before the first step (`plan_budget`, from a few timed steps), counts them again at the end
+of the first epoch from that epoch's measured time and once more when a quarter of the budget is spent, from
+the epochs since the first (`settle_budget`), and ends a run that has overrun its budget by `OVERRUN`
+(`end_if_out_of_time`). The count is kept in checkpoints (`run_checkpoints.py`): a run resumed after the
+last count is a run of that many epochs like any other.
+
+Why twice: the first epoch pays for warm-up (caches, allocator, lazy compilation) and for whatever else ran
+on the machine at the start, and the whole run was planned on it. A 3,600 s run whose first epoch ran
+beside a test suite stopped at 2,404 s (the note of the fourteenth session); one whose first epoch ran
+faster than the rest would overrun. The second count reads the epochs after the first. It comes a quarter
+of the way in, where the cosine schedule is still near its peak: laying it over another count then moves
+the lr little (at most from 0.85 to 0.93 of the peak for a count 1.5 times larger).
 
 `TimeBudget` is a part of `Engine`, split out by concern: its methods read and set the engine's attributes
 (`settings`, `task`, `epoch_count`, `scheduler`, `records`, `meter`, ...) and call its steps.
@@ -19,7 +27,7 @@ import torch
 from dynaforge.runs import save_checkpoint
 from dynaforge.train.checkpoint import load_trained_state, restore_rng_state, rng_state, trained_state
 from dynaforge.train.distributed import sum_across_ranks
-from dynaforge.train.schedule import epochs_after_the_first, epochs_in_budget
+from dynaforge.train.schedule import epochs_in_budget, epochs_to_run
 
 log = logging.getLogger(__name__)
 
@@ -27,15 +35,21 @@ PROBE_MICRO_BATCHES = 6
 """Micro-batches a time budget's plan times (the first is not counted: it pays for warm-up)."""
 OVERRUN = 1.25
 """A time-budget run that has spent this multiple of its budget with epochs still planned ends there."""
+RECOUNT_AT = 0.25
+"""The fraction of its budget after which a budget run counts its epochs a second time, at the end of the
+first epoch after the first that ends past it (module docstring)."""
 
 
 class TimeBudget:
     """The time-budget methods of `Engine` (see the module docstring)."""
 
-    # Where the plan stands (set by `Engine.__init__`, restored on resume): when the first epoch began, and
-    # what an epoch's checkpoints cost, for a run resumed inside that epoch.
+    # Where the plan stands (set by `Engine.__init__`, restored on resume): when the first epoch began, what
+    # an epoch's checkpoints cost, when the first epoch's count was made (the epochs after it are timed from
+    # there), and whether the second count is still to come.
     budget_epoch_began: float
     budget_checkpoint_seconds: float
+    budget_first_counted: float
+    budget_recount_due: bool
     elapsed_before: float
     started: float
 
@@ -70,25 +84,39 @@ class TimeBudget:
         self.scheduler.respan(self.schedule_length(epochs))
 
     def settle_budget(self, epoch: int) -> None:
-        """At the end of a time-budget run's first epoch, count the epochs again from that epoch's measured
-        time (averaged over the processes): a few probe steps mispredicted whole runs by up to a fifth (92 to
-        143 s of a 120 s budget, docs/literature.md). From here on the count is fixed and saved in checkpoints;
-        the schedule continues from where it is, laid over the new count. Logged as a second `budget` record."""
+        """Count a time-budget run's epochs again: at the end of the first epoch from that epoch's measured
+        time (a few probe steps mispredicted whole runs by up to a fifth: 92 to 143 s of a 120 s budget,
+        docs/literature.md), and at the end of the first later epoch that ends past `RECOUNT_AT` of the budget
+        from the epochs since the first (module docstring), unless it is the last planned. Times are averaged
+        over the processes. The schedule continues from where it is, laid over the new count, which is saved
+        in checkpoints. Each count is logged as a `budget` record."""
         budget = self.settings.time_budget
-        if budget is None or epoch != 0:  # a run resumed after its first epoch never ends epoch 0 again
+        if budget is None:
             return
         now = self.elapsed()
-        spent = torch.tensor([now - self.budget_epoch_began], dtype=torch.float64, device=self.device)
         checkpoints = self.budget_checkpoint_seconds
-        epoch_seconds = float(sum_across_ranks(spent, self.cluster)) / self.cluster.world_size + checkpoints
+        if epoch == 0:  # a run resumed after its first epoch never ends epoch 0 again
+            spent, epochs_timed = now - self.budget_epoch_began, 1
+            self.budget_first_counted, self.budget_recount_due = now, True
+        elif self.budget_recount_due and now >= RECOUNT_AT * budget and epoch + 1 < self.epoch_count:
+            spent, epochs_timed = now - self.budget_first_counted, epoch
+            self.budget_recount_due = False
+        else:
+            return
+        measured = torch.tensor([spent], dtype=torch.float64, device=self.device)
+        epoch_seconds = float(sum_across_ranks(measured, self.cluster)) / self.cluster.world_size
+        # The first epoch's checkpoints are not written yet; the later epochs' time includes theirs.
+        epoch_seconds = epoch_seconds / epochs_timed + (checkpoints if epoch == 0 else 0.0)
         planned = self.epoch_count
-        self.span_epochs(epochs_after_the_first(budget - now - checkpoints, epoch_seconds))
+        self.span_epochs(epochs_to_run(epoch + 1, budget - now - checkpoints, epoch_seconds))
         self.records.write(
             {
                 "kind": "budget",
                 "budget": budget,
                 "elapsed": now,
                 "settled": True,
+                "step": self.step,  # a resumed run keeps only the counts its checkpoint holds (log.py)
+                "after_epoch": epoch + 1,
                 "epochs": self.epoch_count,
                 "planned_epochs": planned,
                 "epoch_seconds": epoch_seconds,
@@ -97,10 +125,11 @@ class TimeBudget:
         )
         if self.epoch_count != planned:
             log.info(
-                "time budget %.0f s: %d epochs after all (the first took %.3g s; %d were planned)",
+                "time budget %.0f s: %d epochs after all (%.3g s per epoch after epoch %d; %d were planned)",
                 budget,
                 self.epoch_count,
                 epoch_seconds,
+                epoch + 1,
                 planned,
             )
 

@@ -8,8 +8,9 @@ callbacks. A step whose loss or gradient norm is not finite is skipped on the de
 and gradient norms are read back once per log interval and once per epoch, never in the step. A resumed
 run ends with the weights of one that was never interrupted, bit for bit (at the same torch thread count).
 With `train.time_budget` the number of epochs is planned before the first step from a few timed steps
-(`plan_budget`) and settled once more at the end of the first epoch from its measured time (`settle_budget`);
-that count is kept in checkpoints: a run resumed after its first epoch is a run of that many epochs like any
+(`plan_budget`) and counted again at the end of the first epoch and a quarter of the way in from measured
+epochs (`settle_budget`); that count is kept in checkpoints: a run resumed after the last count is a run of
+that many epochs like any
 other. The time budget's methods are in `budget.py` (`TimeBudget`), the checkpoints' in `run_checkpoints.py`
 (`RunCheckpoints`): parts of `Engine`, split out by concern.
 """
@@ -190,10 +191,13 @@ class Engine(TimeBudget, RunCheckpoints):
         self.compiled = False
         self.started = time.perf_counter()
         self.elapsed_before = 0.0  # seconds of training before this process (restored on resume)
-        # A time budget's plan, settled at the end of the first epoch: when that epoch began, and what a
-        # checkpoint costs (restored on resume, for a run resumed inside that epoch).
+        # A time budget's plan, counted again at the end of the first epoch and a quarter of the way in
+        # (budget.py): when the first epoch began, what a checkpoint costs, when the first count was made and
+        # whether the second is due (restored on resume, for a run resumed before a count).
         self.budget_epoch_began = 0.0
         self.budget_checkpoint_seconds = 0.0
+        self.budget_first_counted = 0.0
+        self.budget_recount_due = False
         if self.device.type == "cpu":
             # From here on a step's activations are reused, not page-faulted in again (allocator.py); set
             # after the task has read its data, whose freed reads the heap would otherwise keep.

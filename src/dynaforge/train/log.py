@@ -3,8 +3,9 @@
 metrics.jsonl lines carry a `kind`: `header` (code version and environment, first line), `train` (one per
 log interval: loss, lr, grad norm, skipped steps, throughput), `epoch` (train and validation loss, epoch
 time, best so far), `resume` (where a resumed run picked up), `budget` (a `train.time_budget` run's plan:
-epochs, and the timed seconds per micro-batch, validation and checkpoints; then a second one, `settled`, with
-the count settled after the first epoch from its measured `epoch_seconds`). `train` and `epoch` lines carry
+epochs, and the timed seconds per micro-batch, validation and checkpoints; then one `settled` record per
+count made from measured epochs, `after_epoch` 1 and a later one, with the new count and the `epoch_seconds`
+it was made from). `train` and `epoch` lines carry
 `elapsed`: the seconds the run has trained so far, resumes included (error against wall time).
 
 The meters add on the device, in place, and are read back once per log interval: no host sync per step.

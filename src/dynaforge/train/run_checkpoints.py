@@ -60,6 +60,9 @@ class RunCheckpoints:
         self.epoch_count = int(state.get("budget_epochs", self.epoch_count))
         self.budget_epoch_began = float(state.get("budget_epoch_began", 0.0))
         self.budget_checkpoint_seconds = float(state.get("budget_checkpoint_seconds", 0.0))
+        self.budget_first_counted = float(state.get("budget_first_counted", 0.0))
+        # Checkpoints from before the second count have no flag: their runs keep the count they saved.
+        self.budget_recount_due = bool(state.get("budget_recount_due", False))
         self.meter.epoch.copy_(torch.tensor(state["epoch_loss"], dtype=torch.float64))
         if state["complete"]:
             log.info("%s has finished training; nothing to resume", self.run.root)
@@ -153,6 +156,8 @@ class RunCheckpoints:
             state["budget_epochs"] = self.epoch_count
             state["budget_epoch_began"] = self.budget_epoch_began
             state["budget_checkpoint_seconds"] = self.budget_checkpoint_seconds
+            state["budget_first_counted"] = self.budget_first_counted
+            state["budget_recount_due"] = self.budget_recount_due
         if self.task.kind is not None:
             state["kind"] = self.task.kind
         state.update(self.task.checkpoint_extras())

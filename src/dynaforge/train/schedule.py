@@ -54,10 +54,11 @@ def epochs_in_budget(
 ) -> int:
     """Whole epochs of `micro_batches` steps and one validation each that fit in `seconds_left` (at least 1).
 
-    `train.time_budget` becomes this count before the first step (`Engine.plan_budget`) and again, from the
-    first epoch's measured time, at its end (`Engine.settle_budget`); from then on the run is a run of that
-    many epochs: the schedule spans them, and a resumed run reads the count back from its checkpoint instead
-    of timing again, which keeps resumption exact.
+    `train.time_budget` becomes this count before the first step (`Engine.plan_budget`); it is counted again
+    (`epochs_to_run`) at the end of the first epoch and once more a quarter of the way through the budget
+    (`Engine.settle_budget`). After that the run is a run of that many epochs: the schedule spans them, and a
+    resumed run reads the count back from its checkpoint instead of timing again, which keeps resumption
+    exact.
     """
     epoch_seconds = micro_batches * micro_batch_seconds + validation_seconds
     if epoch_seconds <= 0 or not math.isfinite(epoch_seconds):
@@ -65,12 +66,12 @@ def epochs_in_budget(
     return max(1, math.floor(seconds_left / epoch_seconds))
 
 
-def epochs_after_the_first(seconds_left: float, epoch_seconds: float) -> int:
-    """A budget run's epochs counted at the end of its first: that one, and the whole epochs of the first's
-    measured `epoch_seconds` (validation and checkpoints included) that fit in `seconds_left`."""
+def epochs_to_run(epochs_done: int, seconds_left: float, epoch_seconds: float) -> int:
+    """A budget run's epochs counted again at the end of epoch `epochs_done`: those done, and the whole epochs
+    of the measured `epoch_seconds` (validation and checkpoints included) that fit in `seconds_left`."""
     if epoch_seconds <= 0 or not math.isfinite(epoch_seconds) or not math.isfinite(seconds_left):
-        return 1
-    return 1 + max(0, math.floor(seconds_left / epoch_seconds))
+        return epochs_done
+    return epochs_done + max(0, math.floor(seconds_left / epoch_seconds))
 
 
 class Schedule(torch.optim.lr_scheduler.LRScheduler):
