@@ -274,3 +274,38 @@ def test_ddp_on_two_gloo_ranks_matches_one_process_with_the_same_global_batch(
             if key in theirs:
                 assert mine[key] == pytest.approx(theirs[key], rel=1e-5), (key, mine["step"])
     assert sorted(p.name for p in ddp.iterdir()) == ["checkpoints", "config.yaml", "metrics.jsonl"]
+
+
+def test_a_time_budget_on_two_gloo_ranks_decides_alike_on_both(tiny_data: Path, tmp_path: Path) -> None:
+    # Rank 1's clock runs 1.5 s ahead of rank 0's. The counts after the first epoch and a quarter of the way
+    # in, and the overrun net, are decided on times averaged over the ranks: decided on its own clock, rank 1
+    # would count or stop at another epoch than rank 0 and the two would wait on each other (the timeout).
+    script = tmp_path / "train_skewed.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, sys
+            from dynaforge.cli import main
+            from dynaforge.train.budget import TimeBudget
+
+            if os.environ["RANK"] == "1":
+                elapsed = TimeBudget.elapsed
+                TimeBudget.elapsed = lambda self: elapsed(self) + 1.5
+            sys.exit(main(sys.argv[1:]))
+            """
+        )
+    )
+    out = tmp_path / "ddp"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
+        "-q", "train", TINY, "train.time_budget=3", "train.log_every=1", "data.batch_size=8",
+        "--data", str(tiny_data), "--out", str(out), "--no-progress",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=subprocess_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = read_metrics(out / "metrics.jsonl")
+    _, first, *second = [r for r in records if r["kind"] == "budget"]
+    assert first["after_epoch"] == 1 and [r["after_epoch"] > 1 for r in second] == [True] * len(second)
+    epochs = [r for r in records if r["kind"] == "epoch"]
+    state = load_checkpoint(out / "checkpoints" / "last.pt")
+    assert state["world_size"] == 2 and state["complete"] and state["budget_epochs"] == len(epochs)

@@ -58,9 +58,8 @@ class TimeBudget:
         `time_an_epoch`, with the schedule laid over them; logged as a `budget` record."""
         micro_batch, validation, checkpoints = self.time_an_epoch()
         micro_batches = self.task.micro_batches(0)
-        self.span_epochs(
-            epochs_in_budget(budget - self.elapsed(), micro_batches, micro_batch, validation + checkpoints)
-        )
+        (now,) = self.averaged([self.elapsed()])  # every process plans alike
+        self.span_epochs(epochs_in_budget(budget - now, micro_batches, micro_batch, validation + checkpoints))
         self.budget_checkpoint_seconds = checkpoints
         self.budget_epoch_began = self.elapsed()
         plan = {
@@ -69,7 +68,7 @@ class TimeBudget:
             "validation_seconds": validation,
             "checkpoint_seconds": checkpoints,
         }
-        self.records.write({"kind": "budget", "budget": budget, "elapsed": self.elapsed(), **plan})
+        self.records.write({"kind": "budget", "budget": budget, "elapsed": now, **plan})
         log.info(
             "time budget %.0f s: %d epochs (%.3g s per micro-batch, %.3g s per validation and checkpoints)",
             budget,
@@ -91,22 +90,23 @@ class TimeBudget:
         over the processes. The schedule continues from where it is, laid over the new count, which is saved
         in checkpoints. Each count is logged as a `budget` record."""
         budget = self.settings.time_budget
-        if budget is None:
+        first = epoch == 0  # a run resumed after its first epoch never ends epoch 0 again
+        if budget is None or not (first or (self.budget_recount_due and epoch + 1 < self.epoch_count)):
             return
-        now = self.elapsed()
+        # Every process decides alike, on the times averaged over them (a collective, so all must call it).
+        since = self.budget_epoch_began if first else self.budget_first_counted
+        own = self.elapsed()
+        now, spent = self.averaged([own, own - since])
         checkpoints = self.budget_checkpoint_seconds
-        if epoch == 0:  # a run resumed after its first epoch never ends epoch 0 again
-            spent, epochs_timed = now - self.budget_epoch_began, 1
-            self.budget_first_counted, self.budget_recount_due = now, True
-        elif self.budget_recount_due and now >= RECOUNT_AT * budget and epoch + 1 < self.epoch_count:
-            spent, epochs_timed = now - self.budget_first_counted, epoch
+        if first:
+            # Its checkpoints are not written yet; the later epochs' time includes theirs.
+            epoch_seconds = spent + checkpoints
+            self.budget_first_counted, self.budget_recount_due = own, True
+        elif now >= RECOUNT_AT * budget:
+            epoch_seconds = spent / epoch  # the epochs after the first
             self.budget_recount_due = False
         else:
             return
-        measured = torch.tensor([spent], dtype=torch.float64, device=self.device)
-        epoch_seconds = float(sum_across_ranks(measured, self.cluster)) / self.cluster.world_size
-        # The first epoch's checkpoints are not written yet; the later epochs' time includes theirs.
-        epoch_seconds = epoch_seconds / epochs_timed + (checkpoints if epoch == 0 else 0.0)
         planned = self.epoch_count
         self.span_epochs(epochs_to_run(epoch + 1, budget - now - checkpoints, epoch_seconds))
         self.records.write(
@@ -179,17 +179,27 @@ class TimeBudget:
         epochs still planned, this epoch becomes the last (its checkpoint then says the run is complete). A
         plan that misses by less runs to its end, so that the schedule does."""
         budget = self.settings.time_budget
-        if budget is None or epoch + 1 >= self.epoch_count or self.elapsed() < OVERRUN * budget:
+        if budget is None or epoch + 1 >= self.epoch_count:
+            return
+        (spent,) = self.averaged([self.elapsed()])  # every process ends at the same epoch
+        if spent < OVERRUN * budget:
             return
         log.warning(
             "%.0f s spent of a time budget of %.0f s after epoch %d of the %d planned; training ends here, "
             "its schedule cut short",
-            self.elapsed(),
+            spent,
             budget,
             epoch + 1,
             self.epoch_count,
         )
         self.epoch_count = epoch + 1
+
+    def averaged(self, values: list[float]) -> list[float]:
+        """`values` averaged over the processes (a collective: every process must call it), so that a
+        decision taken on them is the same on every process; under DDP one that differed would leave the
+        processes waiting on each other."""
+        measured = torch.tensor(values, dtype=torch.float64, device=self.device)
+        return (sum_across_ranks(measured, self.cluster) / self.cluster.world_size).tolist()
 
     def elapsed(self) -> float:
         """Seconds this run has trained, over every process that worked on it (resumes included)."""
