@@ -7,7 +7,7 @@ last count is a run of that many epochs like any other.
 
 Why twice: the first epoch pays for warm-up (caches, allocator, lazy compilation) and for whatever else ran
 on the machine at the start, and the whole run was planned on it. A 3,600 s run whose first epoch ran
-beside a test suite stopped at 2,404 s (the note of the fourteenth session); one whose first epoch ran
+beside a benchmark stopped at 2,404 s (docs/benchmarks.md, issue 36's hour); one whose first epoch ran
 faster than the rest would overrun. The second count reads the epochs after the first. It comes a quarter
 of the way in, where the cosine schedule is still near its peak: laying it over another count then moves
 the lr little (at most from 0.85 to 0.93 of the peak for a count 1.5 times larger).
