@@ -197,9 +197,9 @@ class TrainConfig:
     counts again from that epoch's measured time, and once more at the end of the first epoch after a
     quarter of the budget from the epochs since the first (the first pays for warm-up); each time the
     schedule, from where it is, spans the new count. The counts are logged and saved in checkpoints, so a
-    run resumed after the last one keeps it and ends with the weights of an uninterrupted one. The plan may still miss by a few percent on a busy machine;
-    should a run have spent 1.25 times its budget with epochs still planned, it ends after that epoch (a
-    complete run, its schedule cut short, said in the log)."""
+    run resumed after the last one keeps it and ends with the weights of an uninterrupted one. The plan may
+    still miss by a few percent on a busy machine; should a run have spent 1.25 times its budget with epochs
+    still planned, it ends after that epoch (a complete run, its schedule cut short, said in the log)."""
     keep_every: int = checked(0, check=NON_NEGATIVE.because("0: keep no snapshots"))
     """Also keep `checkpoints/epoch-N.pt` every this many epochs (0: none); last.pt is overwritten each
     epoch, these stay, for error-against-time curves or for going back."""

@@ -10,9 +10,8 @@ run ends with the weights of one that was never interrupted, bit for bit (at the
 With `train.time_budget` the number of epochs is planned before the first step from a few timed steps
 (`plan_budget`) and counted again at the end of the first epoch and a quarter of the way in from measured
 epochs (`settle_budget`); that count is kept in checkpoints: a run resumed after the last count is a run of
-that many epochs like any
-other. The time budget's methods are in `budget.py` (`TimeBudget`), the checkpoints' in `run_checkpoints.py`
-(`RunCheckpoints`): parts of `Engine`, split out by concern.
+that many epochs like any other. The time budget's methods are in `budget.py` (`TimeBudget`), the
+checkpoints' in `run_checkpoints.py` (`RunCheckpoints`): parts of `Engine`, split out by concern.
 """
 
 from __future__ import annotations

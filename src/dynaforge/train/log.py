@@ -5,8 +5,8 @@ log interval: loss, lr, grad norm, skipped steps, throughput), `epoch` (train an
 time, best so far), `resume` (where a resumed run picked up), `budget` (a `train.time_budget` run's plan:
 epochs, and the timed seconds per micro-batch, validation and checkpoints; then one `settled` record per
 count made from measured epochs, `after_epoch` 1 and a later one, with the new count and the `epoch_seconds`
-it was made from). `train` and `epoch` lines carry
-`elapsed`: the seconds the run has trained so far, resumes included (error against wall time).
+it was made from). `train` and `epoch` lines carry `elapsed`: the seconds the run has trained so far, resumes
+included (error against wall time).
 
 The meters add on the device, in place, and are read back once per log interval: no host sync per step.
 """
