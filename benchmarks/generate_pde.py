@@ -43,8 +43,13 @@ Run: `.venv-bench/bin/python benchmarks/generate_pde.py [--quick] [--threads 1,2
 `make bench`); about 5 minutes for both thread counts.
 Writes benchmarks/results/generate_pde.json (one record per case and baseline; ratio > 1: dynaforge faster).
 `--quick` is the smoke run (`make bench-smoke`): each PDE's first case (unless --cases) and every baseline
-at a few samples and steps (`quick_case`), one thread, one timed call; not a figure, written to a temporary folder (smoke.quick_path)
-unless --out is given.
+at a few samples and steps (`quick_case`), one thread, one timed call, the fused step included; not a figure,
+written to a temporary folder (smoke.quick_path) unless --out is given.
+
+`--fused` also times `system.fused: true` (the elementwise stages of each step compiled by torch.compile; on a
+GPU replayed from CUDA graphs like the default step) from the same initial fields: records against exponax
+and against the default step, with the largest difference between the two steps' trajectories. Its first
+call, which compiles, is reported apart.
 """
 
 from __future__ import annotations
@@ -190,8 +195,9 @@ def time_interleaved(runs: list[Callable[[], object]], repeats: int) -> list[Tim
 # dynaforge
 
 
-def dynaforge_system(case: Case, dtype: str = "float32") -> SpectralSystem:
-    return build_system(load_config(None, case.overrides(dtype)).system)
+def dynaforge_system(case: Case, dtype: str = "float32", fused: bool = False) -> SpectralSystem:
+    overrides = case.overrides(dtype) + ["system.fused=true"] * fused
+    return build_system(load_config(None, overrides).system)
 
 
 def initial_batch(system: SpectralSystem, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -391,7 +397,7 @@ def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tenso
 
 
 def run_case(
-    case: Case, repeats: int, device: torch.device, machine: str, cores: str
+    case: Case, repeats: int, device: torch.device, machine: str, cores: str, fused: bool = False
 ) -> list[dict[str, object]]:
     system = dynaforge_system(case)
     params64, initial64 = initial_batch(system, case.samples)
@@ -408,11 +414,16 @@ def run_case(
         synchronized(lambda: dynaforge_batched(system, params, initial), device),
         lambda: exponax_run(initial_np),
     ]
+    if fused:  # `system.fused: true`: the same rollout with each stage's elementwise work compiled
+        fused_system = dynaforge_system(case, fused=True)
+        runs.append(synchronized(lambda: dynaforge_batched(fused_system, params, initial), device))
     if on_gpu:  # the same rollout stepped eagerly, without CUDA graphs
         runs.append(
             synchronized(lambda: dynaforge_batched(system, params, initial, cuda_graph=False), device)
         )
-    batched, exp_timing, *eager_timing = time_interleaved(runs, repeats)
+    batched, exp_timing, *others = time_interleaved(runs, repeats)
+    fused_timing = others.pop(0) if fused else None
+    eager_timing = others
     fields = dynaforge_batched(system, params, initial).cpu().numpy()
     exp_fields = np.asarray(exponax_run(initial_np))
     dyn_rate = sample_steps / batched.median
@@ -540,6 +551,19 @@ def run_case(
                 ),
             }
         )
+    if fused_timing is not None:
+        records.extend(
+            fused_records(
+                f"{label}, fused",
+                case,
+                fused_system,
+                (params, initial),
+                (batched, exp_timing, fused_timing),
+                device_name(device) if on_gpu else machine,
+                limit,
+                environment,
+            )
+        )
     if case.loop and not on_gpu:  # one sample at a time on a GPU only measures kernel launches
         # The loop's first call is a full pass too (its warm-up is in any case a single-sample rollout).
         loop = time_calls(lambda: dynaforge_loop(system, params, initial), 1)
@@ -566,6 +590,62 @@ def run_case(
             },
         )
     return records
+
+
+def fused_records(
+    label: str,
+    case: Case,
+    system: SpectralSystem,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    timings: tuple[Timing, Timing, Timing],
+    machine: str,
+    limit: dict,
+    environment: str,
+) -> list[dict[str, object]]:
+    """`system.fused: true` against exponax and against dynaforge's default step (`--fused`), with the
+    largest difference of its trajectories from the default step's (the same numbers to rounding,
+    fused.py)."""
+    params, initial = batch
+    eager, exponax, fused = timings
+    sample_steps = case.samples * case.steps
+    fused_rate, eager_rate = sample_steps / fused.median, sample_steps / eager.median
+    exponax_rate = sample_steps / exponax.median
+    default_system = dynaforge_system(case)
+    reference = dynaforge_batched(default_system, params, initial)
+    difference = float(
+        (dynaforge_batched(system, params, initial) - reference).abs().max() / reference.abs().max()
+    )
+    graphs = ", each block's steps replayed from a CUDA graph" if initial.device.type == "cuda" else ""
+    print(
+        f"  fused (compiled)  : {fused_rate:12.0f} sample-steps/s  (median {fused.median:.3f} s, first call "
+        f"incl. compiling {fused.warmup:.3f} s)  ratio to exponax {fused_rate / exponax_rate:.2f}, to the "
+        f"default step {fused_rate / eager_rate:.2f}; max |fused - default| / max |default| {difference:.1e}"
+    )
+    notes = (
+        f"system.fused: true (the elementwise stages of each step compiled by torch.compile{graphs}); medians "
+        f"of {len(fused.runs)} interleaved runs: fused {fused.median:.4f} s (first call, compiling included, "
+        f"{fused.warmup:.4f} s), default step {eager.median:.4f} s, exponax {exponax.median:.4f} s; every timed "
+        f"fused run (s): {', '.join(f'{t:.3f}' for t in fused.runs)}; max |fused - default| / max |default| "
+        f"over all frames {difference:.1e}; {environment}"
+    )
+    common = {"case": label, "metric": "sample-steps/s", "dynaforge": fused_rate, "machine": machine}
+    return [
+        {
+            **common,
+            "baseline": f"{exponax_version()}, jit(vmap(rollout))",
+            "baseline_value": exponax_rate,
+            "ratio": fused_rate / exponax_rate,
+            "limit": limit,
+            "notes": notes,
+        },
+        {
+            **common,
+            "baseline": "dynaforge's default step (system.fused: false)",
+            "baseline_value": eager_rate,
+            "ratio": fused_rate / eager_rate,
+            "notes": notes,
+        },
+    ]
 
 
 def set_threads(threads: int, hold: bool = True) -> str:
@@ -633,6 +713,12 @@ def main() -> None:
         "other cases' records already in the results file are kept",
     )
     parser.add_argument(
+        "--fused",
+        action="store_true",
+        help="also time `system.fused: true` (the step's elementwise stages compiled; on a GPU, replayed "
+        "from CUDA graphs): records against exponax and against the default step",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -659,7 +745,7 @@ def main() -> None:
             forwarded = ["--threads", str(count), "--repeats", str(args.repeats), "--out", str(part)]
             forwarded += ["--quick"] * args.quick + (["--cases", args.cases] if args.cases else [])
             forwarded += ["--samples-scale", str(args.samples_scale)]
-            forwarded += ["--all-cores"] * args.all_cores
+            forwarded += ["--all-cores"] * args.all_cores + ["--fused"] * args.fused
             subprocess.run([sys.executable, __file__, *forwarded], check=True)
             records.extend(json.loads(part.read_text()))
             part.unlink()
@@ -671,7 +757,8 @@ def main() -> None:
         earlier = json.loads(out.read_text()) if out.exists() else []
         records = []
         for case in cases:  # written after every case: a run cut short keeps the cases it finished
-            records.extend(run_case(case, repeats, device, machine, cores))
+            # the smoke run takes every code path, the fused step's included
+            records.extend(run_case(case, repeats, device, machine, cores, fused=args.fused or args.quick))
             atomic_write_json(out, merged(earlier, records))
     if out.exists() and (args.cases or len(counts) == 1):  # keep the other records of an earlier run
         records = merged(json.loads(out.read_text()), records)

@@ -73,3 +73,35 @@ def test_each_replay_advances_the_state() -> None:
         tail = system.rollout(initial, params, steps=13, save_every=5, on_step=reported.append).fields
     assert torch.equal(tail, graphed)
     assert sum(reported) == 16 * 13
+
+
+FUSED_GPU_BOUND = 1e-5
+"""Largest difference allowed between `system.fused: true` and the default step on a GPU, relative to the
+largest value, over a case's 8-20 steps. Not measured yet (no GPU in the session that wrote this test): an a
+priori bound. Triton may contract a product and a sum into one fused multiply-add where torch's complex
+kernels round twice, a difference of one float32 rounding (6e-8 relative) per operation; a step does a few
+dozen per value and the cases run at most 20 steps, so the differences stay below about 1e-6 unless they grow.
+The first GPU run should write its measured figure here."""
+
+
+@pytest.mark.parametrize("name", ["burgers", "navier_stokes", "burgers_etdrk2"])
+def test_fused_steps_replay_from_a_graph_with_the_eager_fused_numbers(
+    name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The compiled stages are captured like the eager ones (the warm-up step compiles them first): replaying
+    # them gives the fused path's own eager numbers, whatever the batch, and the default step's to rounding.
+    fused = build_system(load_config(None, [*CASES[name], "system.fused=true"]).system)
+    default = build_system(load_config(None, CASES[name]).system)
+    params, initial = fused.draw_samples([np.random.default_rng([5, i]) for i in range(24)])
+    params, initial = params.cuda(), initial.cuda()
+    with torch.inference_mode(), caplog.at_level(logging.WARNING):
+        graphed = fused.rollout(initial, params).fields
+        eager = fused.rollout(initial, params, cuda_graph=False).fields
+        alone = fused.rollout(initial[7:8], params[7:8]).fields
+        reference = default.rollout(initial, params).fields
+    assert "capture of the rollout failed" not in caplog.text
+    assert torch.isfinite(graphed).all()
+    assert torch.equal(graphed, eager)
+    assert torch.equal(graphed[7:8], alone)
+    difference = ((graphed - reference).abs().max() / reference.abs().max()).item()
+    assert difference <= FUSED_GPU_BOUND, f"fused against the default step on the GPU: {difference:.2e}"

@@ -374,8 +374,9 @@ class SpectralSystem(BlockSteppedSystem):
         `on_step(sample_steps)` is called after every step of a block with the number of samples it
         advanced; on a CUDA device, after every `save_every` steps with the samples times the steps. There
         each block's `save_every` steps and the inverse transform of the frame are captured as one CUDA
-        graph (`CapturedSteps`) and replayed, unless `cuda_graph` is false or `system.fused` is set; the
-        kernels are the same, so are the numbers. `system.fused` runs `fused_etd_step` instead (fused.py).
+        graph (`CapturedSteps`) and replayed, unless `cuda_graph` is false; the kernels are the same, so are
+        the numbers. `system.fused` runs `fused_etd_step` instead (fused.py), its compiled kernels captured
+        alike (the warm-up step before the capture compiles them).
         """
         initial, params, steps, save_every, frames, report, cuda_graph = run
         device = initial.device
@@ -409,8 +410,8 @@ class SpectralSystem(BlockSteppedSystem):
                     torch.add(physical[:count], offset, out=frame)
 
             done = 0
-            if cuda_graph and not fused and device.type == "cuda" and steps >= save_every:
-                captured = CapturedSteps.capture(lambda x: etd_step(x, ops), save_every, self.to_physical, v)
+            if cuda_graph and device.type == "cuda" and steps >= save_every:
+                captured = CapturedSteps.capture(lambda x: step(x, ops), save_every, self.to_physical, v)
                 if captured is not None:
                     while done + save_every <= steps:
                         physical = captured.replay()
