@@ -8,6 +8,9 @@ with the same identity, a run whose last checkpoint is complete, an evaluation m
 checkpoint with the same `evaluate` section. An unfinished training run of the same config is resumed
 from its last checkpoint (a dataset is resumed shard by shard). A different config for an existing stage output is an error
 (nothing is overwritten), except the `evaluate` section, which only reruns the evaluation.
+
+`evaluate_members` (`dynaforge evaluate RUN --members`) scores a run trained on a mixture on each member's
+own test trajectories, generated into RUN/members/ once.
 """
 
 from __future__ import annotations
@@ -17,10 +20,18 @@ import json
 import logging
 from pathlib import Path
 
-from dynaforge.atomic import check_output_folder
-from dynaforge.config import Config, config_differences, config_to_dict, load_config, save_config
+from dynaforge.atomic import atomic_write_json, check_output_folder
+from dynaforge.config import (
+    Config,
+    EvaluateConfig,
+    config_differences,
+    config_to_dict,
+    load_config,
+    save_config,
+)
+from dynaforge.data.mixture import member_seed
 from dynaforge.errors import OUT, RunError
-from dynaforge.evaluate import evaluate, evaluation_is_current
+from dynaforge.evaluate import EvaluationResult, evaluate, evaluation_is_current
 from dynaforge.generate import check_single_system, generate
 from dynaforge.runs import check_same_run, holds_run, load_checkpoint, run_folder
 from dynaforge.store.format import MANIFEST
@@ -111,3 +122,78 @@ def training_is_complete(root: Path, config: Config) -> bool:
     if not run.last.exists():
         return False
     return bool(load_checkpoint(run.last).get("complete"))
+
+
+MEMBERS = "members"
+"""RUN/members/NAME: a mixture member's test trajectories (`evaluate_members`)."""
+MEMBERS_SUMMARY = "eval-members.json"
+"""RUN/eval-members.json: every member's headline figures and where its evaluation lies."""
+
+
+def evaluate_members(
+    run: str | Path,
+    config: EvaluateConfig | None = None,
+    checkpoint: str | None = None,
+    progress: bool | None = None,
+) -> dict[str, EvaluationResult]:
+    """Score a run trained on a mixture on the test trajectories of each of its members, by member name.
+
+    Member i's test split is generated into RUN/members/NAME (once; a killed generation resumes) from the
+    run's config with `system` set to the member's and `dataset.seed` to the member's base seed: the very
+    trajectories the stream draws for that member's test split, never seen in training (which draws the
+    train and val splits). Each is evaluated as `dynaforge evaluate RUN --data RUN/members/NAME` would
+    (into RUN/eval-NAME), and RUN/eval-members.json lists the headline figures. NAME is the member's
+    system, with its index appended when two members share one.
+    """
+    folder = run_folder(run)
+    if not folder.config.is_file():
+        raise RunError(f"{folder.root} holds no config.yaml: pass a run folder made by `dynaforge train`")
+    trained = load_config(folder.config)
+    if not trained.mixture:
+        raise RunError(
+            f"{folder.root} was trained on one system ({trained.system.name}), not on a mixture: "
+            f"`dynaforge evaluate {folder.root}` scores it (--members is for runs trained on a mixture)"
+        )
+    results: dict[str, EvaluationResult] = {}
+    summary = []
+    for name, member in member_configs(trained).items():
+        data = folder.root / MEMBERS / name
+        if dataset_is_complete(data, member):
+            log.info("member %s: %s is complete", name, data)
+        else:
+            log.info(
+                "member %s: generating its %d test trajectories into %s", name, member.dataset.n_test, data
+            )
+            generate(member, data, progress=progress)
+        result = evaluate(folder.root, data, config, checkpoint)
+        results[name] = result
+        metrics = result.metrics
+        summary.append(
+            {
+                "member": name,
+                "system": member.system.name,
+                "data": str(data),
+                "evaluation": str(result.report.parent),
+                "test_samples": metrics["test_samples"],
+                "one_step_nrmse": metrics["one_step_nrmse"],
+                "rollout_nrmse_mean": metrics["rollout_nrmse_mean"],
+                "rollout_nrmse_last": metrics["rollout_nrmse"][-1],
+                "rollout_frames": metrics["rollout_frames"],
+            }
+        )
+    atomic_write_json(folder.root / MEMBERS_SUMMARY, summary)
+    return results
+
+
+def member_configs(config: Config) -> dict[str, Config]:
+    """Each mixture member's dataset config, by name: the run's config with the member's `system`, its base
+    seed, its test split at `dataset.n_test` and one train sample (the format asks for one), no val split."""
+    names = [member.system.name for member in config.mixture]
+    configs = {}
+    for i, member in enumerate(config.mixture):
+        name = names[i] if names.count(names[i]) == 1 else f"{names[i]}-{i}"
+        dataset = dataclasses.replace(
+            config.dataset, seed=member_seed(config.dataset.seed, i), n_train=1, n_val=0
+        )
+        configs[name] = dataclasses.replace(config, mixture=[], system=member.system, dataset=dataset)
+    return configs

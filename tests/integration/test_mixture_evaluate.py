@@ -2,17 +2,24 @@
 mixture is scored on a member's stored dataset (and zero-shot on another system of its grid and channels);
 a streamed run that kept no dataset folder names what to pass instead of failing inside; a mixture config
 is refused by `generate` and `run` before anything is written (they would store the `system` section the
-mixture leaves at its defaults)."""
+mixture leaves at its defaults). `evaluate --members` scores a mixture run on each member's own test
+trajectories, generated into the run folder."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from dynaforge.cli import main
+from dynaforge.config import load_config
+from dynaforge.data.mixture import mixture_plan
+from dynaforge.seeds import Rows
+from dynaforge.store import DatasetFolder
 
 REPO = Path(__file__).resolve().parents[2]
 MIXTURE = str(REPO / "tests" / "unit" / "mixture_tiny.yaml")
@@ -104,3 +111,49 @@ def test_generate_and_run_refuse_a_mixture_config_before_writing(
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "mixture (burgers, heat)" in err and "dynaforge train" in err
     assert not out.exists()
+
+
+def test_members_scores_the_run_on_each_members_own_test_trajectories(
+    pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(pretrained, run)  # the module's run stays as the other tests expect it
+    assert main(["evaluate", str(run), "--members", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "burgers" in out and "heat" in out and "eval-members.json" in out
+    summary = json.loads((run / "eval-members.json").read_text())
+    assert [row["member"] for row in summary] == ["burgers", "heat"]
+    config = load_config(run / "config.yaml")
+    plan = mixture_plan(config)
+    for row, member in zip(summary, plan.members, strict=True):
+        metrics = json.loads((run / f"eval-{row['member']}" / "metrics.json").read_text())
+        assert metrics["system"] == row["system"] == row["member"]
+        assert metrics["test_samples"] == row["test_samples"] == config.dataset.n_test
+        assert metrics["one_step_nrmse"] == row["one_step_nrmse"] and np.isfinite(row["one_step_nrmse"])
+        # the stored test split is exactly what the stream draws for this member's test split
+        stored = DatasetFolder(run / "members" / row["member"]).read_split("test").fields
+        rows = Rows("test", 0, config.dataset.n_test, member.base_seed)
+        streamed = member.system.sample_rows(rows, torch.device("cpu")).fields  # (N, T, C, *space)
+        assert np.array_equal(stored, streamed.movedim(2, -1).numpy()), row["member"]
+    # a second call generates nothing and gives the same figures
+    shards = {p: p.stat().st_mtime_ns for p in (run / "members").rglob("*.h5")}
+    assert main(["-q", "evaluate", str(run), "--members", "--no-progress"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in (run / "members").rglob("*.h5")} == shards
+    assert json.loads((run / "eval-members.json").read_text()) == summary
+
+
+def test_members_is_refused_with_data_and_for_a_run_of_one_system(
+    pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = sorted(p.name for p in pretrained.iterdir())
+    assert main(["evaluate", str(pretrained), "--members", "--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "--members" in err and "--data" in err and "Traceback" not in err
+    assert sorted(p.name for p in pretrained.iterdir()) == before
+    single = tmp_path / "single"
+    single.mkdir()
+    shutil.copy(TINY, single / "config.yaml")
+    assert main(["evaluate", str(single), "--members"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "not on a mixture" in err and f"dynaforge evaluate {single}" in err
+    assert sorted(p.name for p in single.iterdir()) == ["config.yaml"]

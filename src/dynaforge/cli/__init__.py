@@ -202,6 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--checkpoint", choices=("best", "last"), default=None, help="default: evaluate.checkpoint (best)"
     )
+    evaluate.add_argument(
+        "--members",
+        action="store_true",
+        help="a run trained on a mixture: score it on each member's test trajectories (generated once into "
+        "RUN/members/NAME; evaluations in RUN/eval-NAME, a summary in RUN/eval-members.json)",
+    )
+    add_progress_argument(evaluate)
     evaluate.set_defaults(handler=run_evaluate)
 
     run = verbs.add_parser("run", help="generate, train and evaluate from one config (skips finished stages)")

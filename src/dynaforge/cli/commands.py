@@ -287,9 +287,32 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from dynaforge.evaluate import evaluate
 
     config = evaluate_settings(args.run, args.overrides) if args.overrides else None
+    if args.members:
+        return run_evaluate_members(args, config)
     result = evaluate(args.run, args.data, config=config, checkpoint=args.checkpoint)
     print_evaluation(result.metrics)
     print(f"report: {result.report}")
+    return 0
+
+
+def run_evaluate_members(args: argparse.Namespace, config: EvaluateConfig | None) -> int:
+    from dynaforge.pipeline import MEMBERS_SUMMARY, evaluate_members
+
+    if args.data is not None:
+        raise ConfigError(
+            "--members scores each member of the run's mixture on its own generated test trajectories; "
+            "--data names one dataset: pass one or the other"
+        )
+    results = evaluate_members(args.run, config, args.checkpoint, progress=progress_of(args))
+    width = max(len(name) for name in results)
+    print(f"{'member':<{width}}  one-step nRMSE  rollout nRMSE (mean, last frame)  report")
+    for name, result in results.items():
+        metrics = result.metrics
+        print(
+            f"{name:<{width}}  {metrics['one_step_nrmse']:.4e}      {metrics['rollout_nrmse_mean']:.4e}, "
+            f"{metrics['rollout_nrmse'][-1]:.4e} (step {metrics['rollout_frames']})  {result.report}"
+        )
+    print(f"summary: {Path(args.run) / MEMBERS_SUMMARY}")
     return 0
 
 

@@ -364,9 +364,10 @@ def no_dataset_message(identity: dict[str, Any] | None, run: Path) -> str:
         how = "generate a config whose `system` section is one of the mixture's"
     else:
         how = f"`dynaforge generate {run / 'config.yaml'} --out DIR`"
+    members = ", or --members to score it on each member's own test trajectories" if len(systems) > 1 else ""
     return (
         f"{run} was trained from the stream and has no dataset folder to score on; pass {DATA}: a dataset of "
-        f"{' or '.join(systems)} on the run's grid (make one: {how})"
+        f"{' or '.join(systems)} on the run's grid (make one: {how}){members}"
     )
 
 
