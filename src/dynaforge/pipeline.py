@@ -20,7 +20,7 @@ import json
 import logging
 from pathlib import Path
 
-from dynaforge.atomic import atomic_write_json, check_output_folder
+from dynaforge.atomic import atomic_write_bytes, atomic_write_json, check_output_folder
 from dynaforge.config import (
     Config,
     EvaluateConfig,
@@ -32,6 +32,7 @@ from dynaforge.config import (
 from dynaforge.data.mixture import member_seed
 from dynaforge.errors import OUT, RunError
 from dynaforge.evaluate import EvaluationResult, evaluate, evaluation_is_current
+from dynaforge.evaluate.plots import figure_to_png, members_figure
 from dynaforge.generate import check_single_system, generate
 from dynaforge.runs import check_same_run, holds_run, load_checkpoint, run_folder
 from dynaforge.store.format import MANIFEST
@@ -128,6 +129,8 @@ MEMBERS = "members"
 """RUN/members/NAME: a mixture member's test trajectories (`evaluate_members`)."""
 MEMBERS_SUMMARY = "eval-members.json"
 """RUN/eval-members.json: every member's headline figures and where its evaluation lies."""
+MEMBERS_FIGURE = "eval-members.png"
+"""RUN/eval-members.png: every member's rollout nRMSE against the step, one-step nRMSE beside."""
 
 
 def evaluate_members(
@@ -142,8 +145,9 @@ def evaluate_members(
     run's config with `system` set to the member's and `dataset.seed` to the member's base seed: the very
     trajectories the stream draws for that member's test split, never seen in training (which draws the
     train and val splits). Each is evaluated as `dynaforge evaluate RUN --data RUN/members/NAME` would
-    (into RUN/eval-NAME), and RUN/eval-members.json lists the headline figures. NAME is the member's
-    system, with its index appended when two members share one.
+    (into RUN/eval-NAME); RUN/eval-members.json lists the headline figures and RUN/eval-members.png draws
+    every member's rollout error. NAME is the member's system, with its index appended when two members
+    share one.
     """
     folder = run_folder(run)
     if not folder.config.is_file():
@@ -179,9 +183,12 @@ def evaluate_members(
                 "rollout_nrmse_mean": metrics["rollout_nrmse_mean"],
                 "rollout_nrmse_last": metrics["rollout_nrmse"][-1],
                 "rollout_frames": metrics["rollout_frames"],
+                "rollout_nrmse": metrics["rollout_nrmse"],
             }
         )
     atomic_write_json(folder.root / MEMBERS_SUMMARY, summary)
+    frame_dt = next(iter(results.values())).metrics["frame_dt"]  # the members share the run's frames
+    atomic_write_bytes(folder.root / MEMBERS_FIGURE, figure_to_png(members_figure(summary, frame_dt)))
     return results
 
 

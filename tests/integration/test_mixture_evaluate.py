@@ -123,6 +123,8 @@ def test_members_scores_the_run_on_each_members_own_test_trajectories(
     assert "burgers" in out and "heat" in out and "eval-members.json" in out
     summary = json.loads((run / "eval-members.json").read_text())
     assert [row["member"] for row in summary] == ["burgers", "heat"]
+    figure = (run / "eval-members.png").read_bytes()
+    assert figure.startswith(b"\x89PNG") and len(figure) > 10_000
     config = load_config(run / "config.yaml")
     plan = mixture_plan(config)
     for row, member in zip(summary, plan.members, strict=True):
@@ -130,6 +132,7 @@ def test_members_scores_the_run_on_each_members_own_test_trajectories(
         assert metrics["system"] == row["system"] == row["member"]
         assert metrics["test_samples"] == row["test_samples"] == config.dataset.n_test
         assert metrics["one_step_nrmse"] == row["one_step_nrmse"] and np.isfinite(row["one_step_nrmse"])
+        assert metrics["rollout_nrmse"] == row["rollout_nrmse"]
         # the stored test split is exactly what the stream draws for this member's test split
         stored = DatasetFolder(run / "members" / row["member"]).read_split("test").fields
         rows = Rows("test", 0, config.dataset.n_test, member.base_seed)
@@ -140,6 +143,7 @@ def test_members_scores_the_run_on_each_members_own_test_trajectories(
     assert main(["-q", "evaluate", str(run), "--members", "--no-progress"]) == 0
     assert {p: p.stat().st_mtime_ns for p in (run / "members").rglob("*.h5")} == shards
     assert json.loads((run / "eval-members.json").read_text()) == summary
+    assert (run / "eval-members.png").read_bytes() == figure
 
 
 def test_members_is_refused_with_data_and_for_a_run_of_one_system(

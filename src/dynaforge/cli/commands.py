@@ -296,7 +296,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def run_evaluate_members(args: argparse.Namespace, config: EvaluateConfig | None) -> int:
-    from dynaforge.pipeline import MEMBERS_SUMMARY, evaluate_members
+    from dynaforge.pipeline import MEMBERS_FIGURE, MEMBERS_SUMMARY, evaluate_members
 
     if args.data is not None:
         raise ConfigError(
@@ -312,7 +312,7 @@ def run_evaluate_members(args: argparse.Namespace, config: EvaluateConfig | None
             f"{name:<{width}}  {metrics['one_step_nrmse']:.4e}      {metrics['rollout_nrmse_mean']:.4e}, "
             f"{metrics['rollout_nrmse'][-1]:.4e} (step {metrics['rollout_frames']})  {result.report}"
         )
-    print(f"summary: {Path(args.run) / MEMBERS_SUMMARY}")
+    print(f"summary: {Path(args.run) / MEMBERS_SUMMARY}, figure: {Path(args.run) / MEMBERS_FIGURE}")
     return 0
 
 

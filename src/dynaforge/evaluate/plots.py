@@ -43,6 +43,22 @@ def error_vs_step_figure(
     return figure
 
 
+def members_figure(rows: Sequence[Mapping[str, Any]], frame_dt: float | None) -> Figure:
+    """One run scored on each member of its mixture (`evaluate --members`): every member's rollout nRMSE
+    against the step (log scale), its one-step nRMSE as a dashed line of the same colour."""
+    figure = Figure(figsize=(6.5, 4.2), layout="constrained")
+    axes = figure.add_subplot()
+    for row in rows:
+        curve = row["rollout_nrmse"]
+        (line,) = axes.semilogy(
+            np.arange(1, len(curve) + 1), curve, marker="o", markersize=3, label=f"{row['member']}: rollout"
+        )
+        axes.axhline(row["one_step_nrmse"], color=line.get_color(), linestyle="--", linewidth=1)
+    label_rollout_axes(axes, frame_dt, "Test error of each mixture member (dashed: one step)")
+    axes.legend(fontsize=8)
+    return figure
+
+
 def high_correlation_figure(summary: Mapping[str, Any]) -> Figure:
     """The correlation with the truth averaged over the test samples against rollout time (steps when the
     frame interval is unknown), with the threshold of the high-correlation time."""
