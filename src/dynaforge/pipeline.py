@@ -10,7 +10,8 @@ from its last checkpoint (a dataset is resumed shard by shard). A different conf
 (nothing is overwritten), except the `evaluate` section, which only reruns the evaluation.
 
 `evaluate_members` (`dynaforge evaluate RUN --members`) scores a run trained on a mixture on each member's
-own test trajectories, generated into RUN/members/ once.
+own test trajectories, generated into RUN/members/ once. A mixture config runs as train (from the stream,
+into ROOT/run) -> evaluate on every member (`run_mixture`): there is no dataset to generate.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from dynaforge.config import (
     save_config,
 )
 from dynaforge.data.mixture import member_seed
-from dynaforge.errors import OUT, RunError
+from dynaforge.errors import OUT, ConfigError, RunError
 from dynaforge.evaluate import EvaluationResult, evaluate, evaluation_is_current
 from dynaforge.evaluate.plots import figure_to_png, members_figure
-from dynaforge.generate import check_single_system, generate
+from dynaforge.generate import generate
 from dynaforge.runs import check_same_run, holds_run, load_checkpoint, run_folder
 from dynaforge.store.format import MANIFEST
 from dynaforge.store.writer import identity_of
@@ -46,12 +47,13 @@ log = logging.getLogger(__name__)
 def run_pipeline(
     config: Config, root: str | Path, progress: bool | None = None, stage: str | None = None
 ) -> Path:
-    """Run every stage that is not done yet; returns the path of the HTML report. `stage` (`all` or a
-    stage's name, from `dynaforge run CONFIG stage=all`): ROOT/run is a staged latent stack
-    (`dynaforge.train.stages`, whose own stages.json skips finished stages), evaluated with its stack
-    section (always rerun)."""
+    """Run every stage that is not done yet; returns the path of the HTML report (a mixture: of its
+    members' figure, `run_mixture`). `stage` (`all` or a stage's name, from `dynaforge run CONFIG
+    stage=all`): ROOT/run is a staged latent stack (`dynaforge.train.stages`, whose own stages.json skips
+    finished stages), evaluated with its stack section (always rerun)."""
     root = Path(root)
-    check_single_system(config)
+    if config.mixture:
+        return run_mixture(config, root, progress, stage)
     check_no_empty_split(config)
     check_output_folder(root, ("data", "run"), "a `run` folder (data/, run/)", RunError)
     data, run = root / "data", run_folder(root / "run")
@@ -71,6 +73,31 @@ def run_pipeline(
         log.info("evaluate: skipped, %s is up to date", run.eval)
         return run.eval / "report.html"
     return evaluate(run.root, data, config.evaluate).report
+
+
+def run_mixture(config: Config, root: Path, progress: bool | None, stage: str | None) -> Path:
+    """`dynaforge run` of a mixture: train from the stream into ROOT/run (a mixture has no dataset: its
+    val split is generated in memory), then score the run on each member (`evaluate_members`); returns the
+    members' figure. A finished run is not retrained; the members' test data is generated once."""
+    if stage is not None:
+        raise ConfigError(
+            f"stage={stage} trains the staged stack on one system's dataset; a mixture trains one surrogate "
+            "from the stream: drop stage=..."
+        )
+    for name, size in {"val": config.dataset.n_val, "test": config.dataset.n_test}.items():
+        if size == 0:
+            raise RunError(
+                f"dataset.n_{name} is 0, but `dynaforge run` of a mixture validates on val and scores each "
+                f"member on test; set dataset.n_{name} > 0"
+            )
+    check_output_folder(root, ("run",), "a `run` folder of a mixture (run/)", RunError)
+    run = run_folder(root / "run")
+    if training_is_complete(run.root, config):
+        log.info("train: skipped, %s is complete", run.root)
+    else:
+        train(config, None, run.root, progress=progress, resume=True)
+    evaluate_members(run.root, config.evaluate, progress=progress)
+    return run.root / MEMBERS_FIGURE
 
 
 def check_no_empty_split(config: Config) -> None:

@@ -102,14 +102,55 @@ def test_a_streamed_run_without_data_is_told_the_command_that_makes_it(
     assert main(["-q", "evaluate", str(run), "--data", str(data)]) == 0
 
 
-@pytest.mark.parametrize("command", ["generate", "run"])
-def test_generate_and_run_refuse_a_mixture_config_before_writing(
-    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_generate_refuses_a_mixture_config_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    assert main([command, MIXTURE, "--out", str(out), "--no-progress"]) == 2
+    assert main(["generate", MIXTURE, "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "mixture (burgers, heat)" in err and "dynaforge train" in err
+    assert not out.exists()
+
+
+def test_run_of_a_mixture_trains_from_the_stream_and_scores_every_member(
+    pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "root"
+    assert main(["run", MIXTURE, "--out", str(root), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "burgers" in out and "heat" in out and "eval-members.png" in out
+    assert sorted(p.name for p in root.iterdir()) == ["run"]  # no dataset: the mixture streams
+    run = root / "run"
+    summary = json.loads((run / "eval-members.json").read_text())
+    assert [row["member"] for row in summary] == ["burgers", "heat"]
+    # the same config and seed as the module's `dynaforge train` run: the same weights, so the same scores
+    trained = tmp_path / "trained"
+    shutil.copytree(pretrained, trained)
+    assert main(["-q", "evaluate", str(trained), "--members", "--no-progress"]) == 0
+    assert json.loads((trained / "eval-members.json").read_text()) == [
+        {
+            **row,
+            "data": row["data"].replace(str(run), str(trained)),
+            "evaluation": row["evaluation"].replace(str(run), str(trained)),
+        }
+        for row in summary
+    ]
+    # a second run skips training (the run is complete) and reuses the members' data
+    checkpoint = (run / "checkpoints" / "last.pt").stat().st_mtime_ns
+    assert main(["-q", "run", MIXTURE, "--out", str(root), "--no-progress"]) == 0
+    assert (run / "checkpoints" / "last.pt").stat().st_mtime_ns == checkpoint
+
+
+def test_run_of_a_mixture_refuses_a_stage_and_an_empty_test_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main(["run", MIXTURE, "stage=all", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "stage=all" in err and "mixture" in err
+    assert main(["run", MIXTURE, "dataset.n_test=0", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "dataset.n_test" in err
     assert not out.exists()
 
 

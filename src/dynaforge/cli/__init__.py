@@ -211,9 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_progress_argument(evaluate)
     evaluate.set_defaults(handler=run_evaluate)
 
-    run = verbs.add_parser("run", help="generate, train and evaluate from one config (skips finished stages)")
+    run = verbs.add_parser(
+        "run",
+        help="generate, train and evaluate from one config (skips finished stages); a mixture: train from the "
+        "stream, then evaluate on every member",
+    )
     add_config_arguments(run, stages=True)
-    run.add_argument("--out", required=True, help="root folder: ROOT/data, ROOT/run")
+    run.add_argument("--out", required=True, help="root folder: ROOT/data, ROOT/run (a mixture: ROOT/run)")
     add_progress_argument(run)
     run.set_defaults(handler=run_run)
     add_nbody_parser(verbs)

@@ -303,17 +303,23 @@ def run_evaluate_members(args: argparse.Namespace, config: EvaluateConfig | None
             "--members scores each member of the run's mixture on its own generated test trajectories; "
             "--data names one dataset: pass one or the other"
         )
-    results = evaluate_members(args.run, config, args.checkpoint, progress=progress_of(args))
-    width = max(len(name) for name in results)
-    print(f"{'member':<{width}}  one-step nRMSE  rollout nRMSE (mean, last frame)  report")
-    for name, result in results.items():
-        metrics = result.metrics
-        print(
-            f"{name:<{width}}  {metrics['one_step_nrmse']:.4e}      {metrics['rollout_nrmse_mean']:.4e}, "
-            f"{metrics['rollout_nrmse'][-1]:.4e} (step {metrics['rollout_frames']})  {result.report}"
-        )
-    print(f"summary: {Path(args.run) / MEMBERS_SUMMARY}, figure: {Path(args.run) / MEMBERS_FIGURE}")
+    evaluate_members(args.run, config, args.checkpoint, progress=progress_of(args))
+    print_members(Path(args.run) / MEMBERS_SUMMARY, Path(args.run) / MEMBERS_FIGURE)
     return 0
+
+
+def print_members(summary: Path, figure: Path) -> None:
+    """The table of a mixture run's members (`evaluate --members`, `run` of a mixture) from its summary."""
+    rows = json.loads(summary.read_text())
+    width = max(len("member"), *(len(row["member"]) for row in rows))
+    print(f"{'member':<{width}}  one-step nRMSE  rollout nRMSE (mean, last frame)  report")
+    for row in rows:
+        print(
+            f"{row['member']:<{width}}  {row['one_step_nrmse']:.4e}      {row['rollout_nrmse_mean']:.4e}, "
+            f"{row['rollout_nrmse_last']:.4e} (step {row['rollout_frames']})  "
+            f"{Path(row['evaluation']) / 'report.html'}"
+        )
+    print(f"summary: {summary}, figure: {figure}")
 
 
 def evaluate_settings(run: str, overrides: list[str]) -> EvaluateConfig:
@@ -329,11 +335,14 @@ def evaluate_settings(run: str, overrides: list[str]) -> EvaluateConfig:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from dynaforge.pipeline import run_pipeline
+    from dynaforge.pipeline import MEMBERS_SUMMARY, run_pipeline
 
     stage, overrides = stage_override(args.overrides)
     config = load_config(args.config, overrides)
     report = run_pipeline(config, args.out, progress=progress_of(args), stage=stage)
+    if config.mixture:  # scored on every member: the members' figure, beside their summary
+        print_members(report.with_name(MEMBERS_SUMMARY), report)
+        return 0
     print_evaluation(json.loads((report.parent / "metrics.json").read_text()))
     print(f"report: {report}")
     return 0
