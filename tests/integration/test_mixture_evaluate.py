@@ -126,7 +126,7 @@ def test_run_of_a_mixture_trains_from_the_stream_and_scores_every_member(
     # the same config and seed as the module's `dynaforge train` run: the same weights, so the same scores
     trained = tmp_path / "trained"
     shutil.copytree(pretrained, trained)
-    assert main(["-q", "evaluate", str(trained), "--members", "--no-progress"]) == 0
+    assert main(["-q", "evaluate", str(trained), "--members"]) == 0
     assert json.loads((trained / "eval-members.json").read_text()) == [
         {
             **row,
@@ -159,7 +159,7 @@ def test_members_scores_the_run_on_each_members_own_test_trajectories(
 ) -> None:
     run = tmp_path / "run"
     shutil.copytree(pretrained, run)  # the module's run stays as the other tests expect it
-    assert main(["evaluate", str(run), "--members", "--no-progress"]) == 0
+    assert main(["evaluate", str(run), "--members"]) == 0
     out = capsys.readouterr().out
     assert "burgers" in out and "heat" in out and "eval-members.json" in out
     summary = json.loads((run / "eval-members.json").read_text())
@@ -181,7 +181,7 @@ def test_members_scores_the_run_on_each_members_own_test_trajectories(
         assert np.array_equal(stored, streamed.movedim(2, -1).numpy()), row["member"]
     # a second call generates nothing and gives the same figures
     shards = {p: p.stat().st_mtime_ns for p in (run / "members").rglob("*.h5")}
-    assert main(["-q", "evaluate", str(run), "--members", "--no-progress"]) == 0
+    assert main(["-q", "evaluate", str(run), "--members"]) == 0
     assert {p: p.stat().st_mtime_ns for p in (run / "members").rglob("*.h5")} == shards
     assert json.loads((run / "eval-members.json").read_text()) == summary
     assert (run / "eval-members.png").read_bytes() == figure

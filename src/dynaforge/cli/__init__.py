@@ -208,7 +208,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="a run trained on a mixture: score it on each member's test trajectories (generated once into "
         "RUN/members/NAME; evaluations in RUN/eval-NAME, a summary in RUN/eval-members.json)",
     )
-    add_progress_argument(evaluate)
     evaluate.set_defaults(handler=run_evaluate)
 
     run = verbs.add_parser(

@@ -303,7 +303,7 @@ def run_evaluate_members(args: argparse.Namespace, config: EvaluateConfig | None
             "--members scores each member of the run's mixture on its own generated test trajectories; "
             "--data names one dataset: pass one or the other"
         )
-    evaluate_members(args.run, config, args.checkpoint, progress=progress_of(args))
+    evaluate_members(args.run, config, args.checkpoint)  # generation bars on a terminal only
     print_members(Path(args.run) / MEMBERS_SUMMARY, Path(args.run) / MEMBERS_FIGURE)
     return 0
 
