@@ -43,7 +43,11 @@ KILL_AT_STEP = 8  # epoch 2, its third step; the last checkpoint (step 6) lies i
 
 
 def subprocess_env(threads: int = 1) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
+    # torch takes its thread count from MKL_NUM_THREADS too when that is set (OMP_NUM_THREADS=2 with
+    # MKL_NUM_THREADS=1 exported gives 1 thread): both are set, so the child runs at `threads` whatever the
+    # caller's environment.
+    count = str(threads)
+    return {**os.environ, "OMP_NUM_THREADS": count, "MKL_NUM_THREADS": count, "PYTHONPATH": str(REPO)}
 
 
 def killed_training(data: Path, out: Path, threads: int = 1) -> None:
