@@ -214,9 +214,16 @@ def evaluate_members(
             }
         )
     atomic_write_json(folder.root / MEMBERS_SUMMARY, summary)
-    frame_dt = next(iter(results.values())).metrics["frame_dt"]  # the members share the run's frames
+    frame_dt = shared_frame_dt([result.metrics["frame_dt"] for result in results.values()])
     atomic_write_bytes(folder.root / MEMBERS_FIGURE, figure_to_png(members_figure(summary, frame_dt)))
     return results
+
+
+def shared_frame_dt(frame_dts: list[float | None]) -> float | None:
+    """The time between two model frames when every member has the same, else None (the figure then has no
+    time axis): members share the number of frames, not their time (Burgers' frames 0.05 apart, KS's 1.0
+    in the universal preset)."""
+    return frame_dts[0] if len(set(frame_dts)) == 1 else None
 
 
 def member_configs(config: Config) -> dict[str, Config]:

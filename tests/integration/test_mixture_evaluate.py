@@ -18,6 +18,7 @@ import torch
 from dynaforge.cli import main
 from dynaforge.config import load_config
 from dynaforge.data.mixture import mixture_plan
+from dynaforge.pipeline import shared_frame_dt
 from dynaforge.seeds import Rows
 from dynaforge.store import DatasetFolder
 
@@ -202,3 +203,9 @@ def test_members_is_refused_with_data_and_for_a_run_of_one_system(
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "not on a mixture" in err and f"dynaforge evaluate {single}" in err
     assert sorted(p.name for p in single.iterdir()) == ["config.yaml"]
+
+
+def test_the_members_figure_has_a_time_axis_only_when_the_members_frames_are_alike() -> None:
+    assert shared_frame_dt([0.05, 0.05]) == 0.05
+    assert shared_frame_dt([0.05, 1.0, 0.05]) is None  # the universal preset: Burgers 0.05, KS 1.0 apart
+    assert shared_frame_dt([None, None]) is None
