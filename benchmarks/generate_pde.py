@@ -424,7 +424,8 @@ def run_case(
     batched, exp_timing, *others = time_interleaved(runs, repeats)
     fused_timing = others.pop(0) if fused else None
     eager_timing = others
-    fields = dynaforge_batched(system, params, initial).cpu().numpy()
+    trajectories = dynaforge_batched(system, params, initial)
+    fields = trajectories.cpu().numpy()
     exp_fields = np.asarray(exponax_run(initial_np))
     dyn_rate = sample_steps / batched.median
     exp_rate = sample_steps / exp_timing.median
@@ -524,10 +525,8 @@ def run_case(
         }
     ]
     if eager_timing:
-        eager_fields = dynaforge_batched(system, params, initial, cuda_graph=False).cpu().numpy()
-        identical = bool(
-            np.array_equal(eager_fields, dynaforge_batched(system, params, initial).cpu().numpy())
-        )
+        eager = dynaforge_batched(system, params, initial, cuda_graph=False)
+        identical = torch.equal(eager, trajectories)
         eager_rate = sample_steps / eager_timing[0].median
         print(
             f"  eager (no graphs) : {eager_rate:12.0f} sample-steps/s  (median {eager_timing[0].median:.3f} s)  "
@@ -556,8 +555,8 @@ def run_case(
             fused_records(
                 f"{label}, fused",
                 case,
-                fused_system,
-                (params, initial),
+                dynaforge_batched(fused_system, params, initial),
+                trajectories,
                 (batched, exp_timing, fused_timing),
                 device_name(device) if on_gpu else machine,
                 limit,
@@ -595,8 +594,8 @@ def run_case(
 def fused_records(
     label: str,
     case: Case,
-    system: SpectralSystem,
-    batch: tuple[torch.Tensor, torch.Tensor],
+    fused_fields: torch.Tensor,
+    default_fields: torch.Tensor,
     timings: tuple[Timing, Timing, Timing],
     machine: str,
     limit: dict,
@@ -605,17 +604,12 @@ def fused_records(
     """`system.fused: true` against exponax and against dynaforge's default step (`--fused`), with the
     largest difference of its trajectories from the default step's (the same numbers to rounding,
     fused.py)."""
-    params, initial = batch
     eager, exponax, fused = timings
     sample_steps = case.samples * case.steps
     fused_rate, eager_rate = sample_steps / fused.median, sample_steps / eager.median
     exponax_rate = sample_steps / exponax.median
-    default_system = dynaforge_system(case)
-    reference = dynaforge_batched(default_system, params, initial)
-    difference = float(
-        (dynaforge_batched(system, params, initial) - reference).abs().max() / reference.abs().max()
-    )
-    graphs = ", each block's steps replayed from a CUDA graph" if initial.device.type == "cuda" else ""
+    difference = float((fused_fields - default_fields).abs().max() / default_fields.abs().max())
+    graphs = ", each block's steps replayed from a CUDA graph" if fused_fields.device.type == "cuda" else ""
     print(
         f"  fused (compiled)  : {fused_rate:12.0f} sample-steps/s  (median {fused.median:.3f} s, first call "
         f"incl. compiling {fused.warmup:.3f} s)  ratio to exponax {fused_rate / exponax_rate:.2f}, to the "

@@ -84,12 +84,7 @@ def run_mixture(config: Config, root: Path, progress: bool | None, stage: str | 
             f"stage={stage} trains the staged stack on one system's dataset; a mixture trains one surrogate "
             "from the stream: drop stage=..."
         )
-    for name, size in {"val": config.dataset.n_val, "test": config.dataset.n_test}.items():
-        if size == 0:
-            raise RunError(
-                f"dataset.n_{name} is 0, but `dynaforge run` of a mixture validates on val and scores each "
-                f"member on test; set dataset.n_{name} > 0"
-            )
+    check_no_empty_split(config)  # train: the trajectories streamed per epoch
     check_output_folder(root, ("run",), "a `run` folder of a mixture (run/)", RunError)
     run = run_folder(root / "run")
     if training_is_complete(run.root, config):
