@@ -354,13 +354,13 @@ def synchronized(run: Callable[[], object], device: torch.device) -> Callable[[]
     return call
 
 
-def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tensor, repeats: int) -> dict:
-    """The transforms one step of one block must do, timed alone on one thread: the solver's floor.
-
-    One block (`block_samples` samples) is rolled out 1 and 2 steps with every torch.fft call recorded;
-    the calls the second step adds (its nonlinear evaluations and the saved frame's inverse transform) are
-    one step's transforms, with the same shapes, strides, dtypes and sizes. They are replayed in a loop;
-    the median over `repeats` timings of 50 replays, per sample, is the FFT time of one sample-step."""
+def step_fft_calls(
+    system: SpectralSystem, params: torch.Tensor, initial: torch.Tensor
+) -> tuple[list[tuple[Callable[..., object], tuple[object, ...], dict[str, object]]], int]:
+    """The torch.fft calls one step of one block makes, and the block's sample count: one block
+    (`block_samples` samples) is rolled out 1 and 2 steps with every call recorded; the calls the second step
+    adds (its nonlinear evaluations and the saved frame's inverse transform) are one step's, with their
+    shapes, strides, dtypes and sizes."""
     block = min(system.block_samples(initial.device), initial.shape[0])
     recorded = []
     with torch.inference_mode(), flush_denormals():
@@ -368,8 +368,14 @@ def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tenso
             with FFTRecorder() as recorder:
                 system.rollout(initial[:block], params[:block], steps=steps, save_every=1, cuda_graph=False)
             recorded.append(recorder.calls)
-    step_calls = recorded[1][len(recorded[0]) :]
+    return recorded[1][len(recorded[0]) :], block
 
+
+def fft_floor(system: SpectralSystem, params: torch.Tensor, initial: torch.Tensor, repeats: int) -> dict:
+    """The transforms one step of one block must do (`step_fft_calls`), timed alone on one thread: the
+    solver's floor. They are replayed in a loop; the median over `repeats` timings of 50 replays, per sample,
+    is the FFT time of one sample-step."""
+    step_calls, block = step_fft_calls(system, params, initial)
     device = initial.device
 
     def replay() -> float:
