@@ -30,8 +30,10 @@ laplacian(psi) = -w with the same velocity (psi_y, -psi_x): the advecting veloci
 same PDE is exponax's with b = -1 (and lambda = -drag = 0). Both truncate the state before the products and
 the product after. exponax keeps modes with |m| <= f (N // 2) - 1 on every axis in nonlinear products; f is
 chosen so that it keeps exactly the modes dynaforge's 2/3 rule keeps (3 |m| < N), which the script checks. Timings exclude the first call (JIT compilation for
-exponax; lazy initialisation for torch), whose duration is reported separately; dynaforge's timed calls
-include its coefficient set-up, exponax's stepper is built once outside the timed region.
+exponax; lazy initialisation for torch), whose duration is reported separately. Each solver's coefficients
+are set up once, outside the timed calls: exponax's stepper is built before them, and dynaforge's system keeps
+the operators the first call set up (`SpectralSystem.shared_operators`, as the generate stage keeps them from
+one batch to the next; records before 2026-11-29 13:30 UTC timed dynaforge's set-up in every call).
 
 Matching the equations: for KS 2D, exponax's `KuramotoSivashinsky` takes the bilaplacian without mixed
 terms (sum_i k_i^4) and removes the mean of the nonlinear term; the benchmark gives it dynaforge's isotropic
