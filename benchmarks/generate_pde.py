@@ -329,15 +329,20 @@ def exponax_version() -> str:
 # One case
 
 
+NOT_TRANSFORMS = ("fft_fftfreq", "fft_rfftfreq", "fft_fftshift", "fft_ifftshift")
+"""torch.fft functions that transform nothing (the wavenumbers a set-up builds)."""
+
+
 class FFTRecorder(TorchDispatchMode):
-    """Records every torch.fft call made under it (function and arguments), to replay them later."""
+    """Records every torch.fft transform made under it (function and arguments), to replay them later."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[Callable[..., object], tuple[object, ...], dict[str, object]]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.__name__.startswith("fft_"):
+        name = func.__name__.split(".")[0]
+        if name.startswith("fft_") and name not in NOT_TRANSFORMS:
             self.calls.append((func, args, kwargs or {}))
         return func(*args, **(kwargs or {}))
 
@@ -359,17 +364,23 @@ def synchronized(run: Callable[[], object], device: torch.device) -> Callable[[]
 def step_fft_calls(
     system: SpectralSystem, params: torch.Tensor, initial: torch.Tensor
 ) -> tuple[list[tuple[Callable[..., object], tuple[object, ...], dict[str, object]]], int]:
-    """The torch.fft calls one step of one block makes, and the block's sample count: one block
-    (`block_samples` samples) is rolled out 1 and 2 steps with every call recorded; the calls the second step
-    adds (its nonlinear evaluations and the saved frame's inverse transform) are one step's, with their
-    shapes, strides, dtypes and sizes."""
+    """The torch.fft transforms one step of one block makes, and the block's sample count: one block
+    (`block_samples` samples) is rolled out 1 and 2 steps with every transform recorded; the calls the second
+    step adds (its nonlinear evaluations and the saved frame's inverse transform) are one step's, with their
+    shapes, strides, dtypes and sizes. A rollout before them sets up the operators the system keeps
+    (`SpectralSystem.shared_operators`), so that neither recorded rollout holds a set-up the other lacks; the
+    two-step record must begin with the one-step record."""
     block = min(system.block_samples(initial.device), initial.shape[0])
     recorded = []
     with torch.inference_mode(), flush_denormals():
+        system.rollout(initial[:block], params[:block], steps=1, save_every=1, cuda_graph=False)
         for steps in (1, 2):
             with FFTRecorder() as recorder:
                 system.rollout(initial[:block], params[:block], steps=steps, save_every=1, cuda_graph=False)
             recorded.append(recorder.calls)
+    one, two = ([func.__name__ for func, _, _ in calls] for calls in recorded)
+    if two[: len(one)] != one:
+        raise RuntimeError(f"the 2-step rollout's transforms {two} do not begin with the 1-step one's {one}")
     return recorded[1][len(recorded[0]) :], block
 
 
