@@ -41,7 +41,15 @@ import torch
 
 from dynaforge.atomic import atomic_write_json
 from dynaforge.floating import flush_denormals
-from generate_pde import CASES, Case, dynaforge_system, initial_batch, set_threads, step_fft_calls
+from generate_pde import (
+    CASES,
+    Case,
+    dynaforge_system,
+    initial_batch,
+    selected_cases,
+    set_threads,
+    step_fft_calls,
+)
 from machine import load_note, machine_name
 from smoke import quick_path
 
@@ -285,11 +293,7 @@ def main() -> None:
         help=f"JSON records (default {RESULTS.name}; --quick: a temporary folder)",
     )
     args = parser.parse_args()
-    chosen = [c for c in CASES if not args.cases or c.name in args.cases.split(",")]
-    if not chosen:
-        raise SystemExit(f"--cases {args.cases!r} names none of: {', '.join(c.name for c in CASES)}")
-    if args.quick and not args.cases:
-        chosen = [c for i, c in enumerate(chosen) if c.system not in {d.system for d in chosen[:i]}]
+    chosen = selected_cases(args.cases, args.quick)
     machine = machine_name()  # before the process is held to one core: the machine's count
     cores = set_threads(1)
     repeats = 1 if args.quick else args.repeats

@@ -147,6 +147,17 @@ CASES = (
 )  # fmt: skip
 
 
+def selected_cases(names: str, quick: bool) -> list[Case]:
+    """The cases `names` lists (comma-separated; all when empty); a smoke run without names takes each PDE
+    once, at its smaller grid. Exits with the known names when `names` matches none."""
+    chosen = [c for c in CASES if not names or c.name in names.split(",")]
+    if not chosen:
+        raise SystemExit(f"--cases {names!r} names none of: {', '.join(c.name for c in CASES)}")
+    if quick and not names:
+        chosen = [c for i, c in enumerate(chosen) if c.system not in {d.system for d in chosen[:i]}]
+    return chosen
+
+
 def quick_case(case: Case) -> Case:
     """A smoke-run version: fewer samples and steps, same grid and step."""
     return dataclasses.replace(case, samples=min(case.samples, 2 if case.ndim > 1 else 4), steps=10)
@@ -743,13 +754,8 @@ def main() -> None:
     counts = [int(t) for t in threads.split(",")] if device.type == "cpu" else [0]
     chosen = [
         dataclasses.replace(c, samples=c.samples * args.samples_scale)
-        for c in CASES
-        if not args.cases or c.name in args.cases.split(",")
+        for c in selected_cases(args.cases, args.quick)
     ]
-    if args.quick and not args.cases:  # the smoke run: each PDE once, at its smaller grid
-        chosen = [c for i, c in enumerate(chosen) if c.system not in {d.system for d in chosen[:i]}]
-    if not chosen:
-        raise SystemExit(f"--cases {args.cases!r} names none of: {', '.join(c.name for c in CASES)}")
     out = args.out or (quick_path(RESULTS) if args.quick else RESULTS)
     if len(counts) > 1:  # XLA reads its thread count once per process: one child process per count
         records = []
