@@ -316,7 +316,7 @@ class SpectralSystem(BlockSteppedSystem):
             (fresh,) = run_pieces(lambda r: self.operators(r, device), [row])
             return fresh
         key = (
-            tuple(row.detach().to("cpu", torch.float64).reshape(-1).tolist()),
+            tuple(row.to("cpu", torch.float64).reshape(-1).tolist()),  # no grad here (checked above)
             str(device),
             repr(self.config),
             torch.is_inference_mode_enabled(),
