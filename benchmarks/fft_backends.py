@@ -44,6 +44,7 @@ from dynaforge.floating import flush_denormals
 from generate_pde import (
     CASES,
     Case,
+    add_out_argument,
     dynaforge_system,
     initial_batch,
     selected_cases,
@@ -286,12 +287,7 @@ def main() -> None:
         default="",
         help=f"comma-separated case names (default all: {', '.join(c.name for c in CASES)})",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help=f"JSON records (default {RESULTS.name}; --quick: a temporary folder)",
-    )
+    add_out_argument(parser, RESULTS)
     args = parser.parse_args()
     chosen = selected_cases(args.cases, args.quick)
     machine = machine_name()  # before the process is held to one core: the machine's count

@@ -158,6 +158,16 @@ def selected_cases(names: str, quick: bool) -> list[Case]:
     return chosen
 
 
+def add_out_argument(parser: argparse.ArgumentParser, results: Path) -> None:
+    """`--out`, where a benchmark writes its records (`results` by default; a smoke run, a temporary folder)."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"JSON records (default {results.name}; --quick: a temporary folder)",
+    )
+
+
 def quick_case(case: Case) -> Case:
     """A smoke-run version: fewer samples and steps, same grid and step."""
     return dataclasses.replace(case, samples=min(case.samples, 2 if case.ndim > 1 else 4), steps=10)
@@ -742,12 +752,7 @@ def main() -> None:
         help="also time `system.fused: true` (the step's elementwise stages compiled; on a GPU, replayed "
         "from CUDA graphs): records against exponax and against the default step",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help=f"JSON records (default {RESULTS.name}; --quick: a temporary folder)",
-    )
+    add_out_argument(parser, RESULTS)
     args = parser.parse_args()
     device = torch.device(args.device)
     threads = args.threads or ("1" if args.quick else "1,2")

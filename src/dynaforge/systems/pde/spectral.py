@@ -312,9 +312,13 @@ class SpectralSystem(BlockSteppedSystem):
         rollout (Navier-Stokes 256², 8 samples x 25 steps: 78 of 496 ms; Xeon-AMX, 2026-11-29). A step only
         reads its operators, and they are set up on one intra-op thread (`run_pieces`), so kept operators
         give the numbers fresh ones would. A row that requires grad is set up afresh every time."""
+
+        def set_up() -> SpectralOperators:
+            (operators,) = run_pieces(lambda r: self.operators(r, device), [row])
+            return operators
+
         if row.requires_grad:
-            (fresh,) = run_pieces(lambda r: self.operators(r, device), [row])
-            return fresh
+            return set_up()
         key = (
             tuple(row.to("cpu", torch.float64).reshape(-1).tolist()),  # no grad here (checked above)
             str(device),
@@ -324,7 +328,7 @@ class SpectralSystem(BlockSteppedSystem):
         )
         kept = self.kept_operators.get(key)
         if kept is None:
-            (kept,) = run_pieces(lambda r: self.operators(r, device), [row])
+            kept = set_up()
             if len(self.kept_operators) >= KEPT_OPERATORS:
                 self.kept_operators.clear()
             self.kept_operators[key] = kept
